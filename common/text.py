@@ -1,0 +1,113 @@
+"""Tokenizers, the vocabulary, and the seed's encoding (first ``seq_len`` tokens, left-padded with 0)."""
+from __future__ import annotations
+
+import collections
+import unicodedata
+from dataclasses import dataclass
+from typing import Iterable, Sequence
+
+import numpy as np
+
+from common.errors import CheckpointError
+
+PAD, UNK = "<pad>", "<unk>"
+PAD_ID, UNK_ID = 0, 1
+
+
+def _is_cjk(ch: str) -> bool:
+    cp = ord(ch)
+    return (0x4E00 <= cp <= 0x9FFF or 0x3400 <= cp <= 0x4DBF or 0x20000 <= cp <= 0x2EBEF
+            or 0xF900 <= cp <= 0xFAFF or 0x3040 <= cp <= 0x30FF or 0xAC00 <= cp <= 0xD7AF)
+
+
+def _is_punctuation(ch: str) -> bool:
+    # Unicode categories P* (a superset of string.punctuation that also covers CJK punctuation)
+    # plus the ASCII symbols string.punctuation holds outside P* ($ + < = > ^ ` | ~).
+    return unicodedata.category(ch).startswith("P") or ch in "$+<=>^`|~"
+
+
+def char_tokens(text: str) -> list[str]:
+    """Every non-whitespace character is a token."""
+    return [ch for ch in text if not ch.isspace()]
+
+
+def word_tokens(text: str) -> list[str]:
+    """Lower-case, punctuation stripped, split on whitespace (the classic English notebook)."""
+    return "".join(ch for ch in text.lower() if not _is_punctuation(ch)).split()
+
+
+def choose_tokenizer(texts: Iterable[str]) -> str:
+    """'char' when most letters in ``texts`` are CJK, else 'word'."""
+    letters = cjk = 0
+    for text in texts:
+        for ch in text:
+            if unicodedata.category(ch).startswith("L"):
+                letters += 1
+                cjk += _is_cjk(ch)
+    return "char" if letters and cjk * 2 > letters else "word"
+
+
+TOKENIZERS = {"char": char_tokens, "word": word_tokens}
+
+
+def tokenize(texts: Iterable[str], kind: str) -> list[list[str]]:
+    """Tokenize each text with the tokenizer ``kind`` ('char' or 'word'; resolve 'auto' first)."""
+    fn = TOKENIZERS[kind]
+    return [fn(t) for t in texts]
+
+
+@dataclass(frozen=True)
+class Vocab:
+    """id 0 is ``<pad>``, id 1 ``<unk>``, then tokens by descending training count, ties by token."""
+
+    tokens: tuple[str, ...]
+
+    def __post_init__(self):
+        if len(self.tokens) < 2 or self.tokens[PAD_ID] != PAD or self.tokens[UNK_ID] != UNK:
+            raise CheckpointError(f"a vocabulary must start with {PAD!r}, {UNK!r}")
+        if len(set(self.tokens)) != len(self.tokens):
+            raise CheckpointError("a vocabulary must not repeat a token")
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+    @property
+    def index(self) -> dict[str, int]:
+        return {tok: i for i, tok in enumerate(self.tokens)}
+
+    def ids(self, token_lists: Iterable[Sequence[str]]) -> list[list[int]]:
+        index = self.index
+        return [[index.get(tok, UNK_ID) for tok in toks] for toks in token_lists]
+
+
+def build_vocab(token_lists: Iterable[Sequence[str]], min_freq: int = 1, max_size: int = 0) -> Vocab:
+    """Fit a vocabulary on (training) token lists. ``max_size`` counts <pad> and <unk>; 0 means no limit."""
+    counts = collections.Counter(tok for toks in token_lists for tok in toks)
+    ranked = sorted((tok for tok, n in counts.items() if n >= min_freq), key=lambda tok: (-counts[tok], tok))
+    if max_size:
+        ranked = ranked[: max_size - 2]
+    return Vocab((PAD, UNK, *ranked))
+
+
+def encode(ids: Sequence[Sequence[int]], seq_len: int, padding: str = "left") -> tuple[np.ndarray, np.ndarray]:
+    """Keep each text's first ``seq_len`` ids and pad with 0.
+
+    Returns ``tokens`` (N, seq_len) int32 and ``lengths`` (N,) int32 (tokens kept, 0 for an empty text).
+    ``padding='left'`` is the seed's layout (the text ends at the last column); ``'right'`` puts the text
+    first, for the masked variable-length path.
+    """
+    tokens = np.zeros((len(ids), seq_len), dtype=np.int32)
+    lengths = np.zeros(len(ids), dtype=np.int32)
+    for i, row in enumerate(ids):
+        row = row[:seq_len]
+        n = len(row)
+        lengths[i] = n
+        if n == 0:
+            continue
+        if padding == "left":
+            tokens[i, seq_len - n:] = row
+        elif padding == "right":
+            tokens[i, :n] = row
+        else:
+            raise ValueError(f"padding must be 'left' or 'right', got {padding!r}")
+    return tokens, lengths
