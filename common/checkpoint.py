@@ -63,6 +63,9 @@ def save_checkpoint(directory: str | Path, params: Params, cfg: Config, vocab: V
 
     directory = Path(directory)
     validate_params(params, cfg, len(vocab), where=str(directory))
+    for name, arr in params.items():
+        if not np.all(np.isfinite(arr)):
+            raise CheckpointError(f"{directory}: refusing to save tensor {name!r}: it holds non-finite values")
     try:
         directory.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{directory.name}.tmp-", dir=directory.parent))
@@ -153,6 +156,8 @@ def load_checkpoint(directory: str | Path, cfg: Config | None = None) -> Checkpo
             asked = getattr(cfg, name)
             if name in ("dropout", "fc_dropout"):
                 continue
+            if name == "tokenizer" and asked == tokenizer:
+                continue  # asking for the tokenizer an 'auto' checkpoint resolved to is asking for what it has
             if asked != getattr(defaults, name) and asked != model[name]:
                 raise CheckpointError(f"{directory}: the checkpoint has {name}={model[name]!r} but "
                                       f"--{name.replace('_', '-')} {asked!r} was asked for")

@@ -89,7 +89,7 @@ MODEL_FIELDS = ("tokenizer", "min_freq", "max_vocab", "seq_len", "padding", "emb
                 "dropout", "fc_dropout")
 
 _POSITIVE = ("seq_len", "embed_dim", "hidden_dim", "layers", "batch_size", "epochs", "min_freq", "keep_checkpoints")
-_NON_NEGATIVE = ("max_vocab", "max_steps", "tbptt", "log_every", "clip", "checkpoint_every")
+_NON_NEGATIVE = ("max_vocab", "max_steps", "tbptt", "log_every", "clip", "checkpoint_every", "seed", "split_seed")
 
 
 def validate(cfg: Config) -> None:
@@ -98,13 +98,13 @@ def validate(cfg: Config) -> None:
         if getattr(cfg, name) <= 0:
             raise ConfigError(f"--{_flag(name)} must be > 0, got {getattr(cfg, name)}")
     for name in _NON_NEGATIVE:
-        if getattr(cfg, name) < 0:
+        if not getattr(cfg, name) >= 0:  # written so that NaN fails too
             raise ConfigError(f"--{_flag(name)} must be >= 0, got {getattr(cfg, name)}")
     for name in ("dropout", "fc_dropout"):
         if not 0.0 <= getattr(cfg, name) < 1.0:
             raise ConfigError(f"--{_flag(name)} must be in [0, 1), got {getattr(cfg, name)}")
-    if not cfg.lr > 0:
-        raise ConfigError(f"--lr must be > 0, got {cfg.lr}")
+    if not 0 < cfg.lr < float("inf"):
+        raise ConfigError(f"--lr must be > 0 and finite, got {cfg.lr}")
     if cfg.max_vocab and cfg.max_vocab < 3:
         raise ConfigError(f"--max-vocab must be 0 or >= 3 (<pad>, <unk> and one token), got {cfg.max_vocab}")
     if (cfg.pos is None) != (cfg.neg is None):

@@ -36,7 +36,8 @@ def _read_text(path: Path) -> str:
     try:
         return raw.decode("utf-8-sig")
     except UnicodeDecodeError as err:
-        line = raw[: err.start].count(b"\n") + 1
+        # err.start counts from err.object, which for utf-8-sig is the bytes after a byte order mark.
+        line = err.object[: err.start].count(b"\n") + 1
         raise DataError(f"{path}: line {line}: bytes that are not UTF-8 ({err.reason})") from None
 
 
@@ -44,7 +45,10 @@ def read_lines(path: str | Path) -> list[str]:
     """One text per line; blank lines are kept here and dropped by cleaning."""
     path = Path(path)
     text = _read_text(path)
-    lines = text.splitlines()
+    # Only \n, \r\n and \r end a line: str.splitlines() would also cut a text at U+2028, U+0085, \f, ...
+    lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
+    if lines[-1] == "":
+        lines.pop()  # the final newline ends the last line; it does not start another
     if not any(line.strip() for line in lines):
         raise DataError(f"{path}: the file is empty")
     return lines

