@@ -62,6 +62,8 @@ def save_checkpoint(directory: str | Path, params: Params, cfg: Config, vocab: V
     from safetensors.numpy import save_file
 
     directory = Path(directory)
+    if directory.exists() and not directory.is_dir():
+        raise CheckpointError(f"{directory}: exists and is not a directory")
     validate_params(params, cfg, len(vocab), where=str(directory))
     for name, arr in params.items():
         if not np.all(np.isfinite(arr)):

@@ -66,6 +66,8 @@ class Config:
     metrics_out: str | None = field(default=None, metadata=_opt("write one JSON record per step and per evaluation here"))
     checkpoint_every: int = field(default=0, metadata=_opt(
         "write a training checkpoint (for --resume) every N steps and at each epoch's end (0: off)"))
+    checkpoint_dir: str | None = field(default=None, metadata=_opt(
+        "directory for training checkpoints (default: the --resume directory, else a new runs/<twin>-<time>)"))
     resume: str | None = field(default=None, metadata=_opt(
         "continue from the newest good training checkpoint under this directory"))
     keep_checkpoints: int = field(default=3, metadata=_opt("training checkpoints kept (the newest)"))
@@ -103,8 +105,8 @@ def validate(cfg: Config) -> None:
     for name in ("dropout", "fc_dropout"):
         if not 0.0 <= getattr(cfg, name) < 1.0:
             raise ConfigError(f"--{_flag(name)} must be in [0, 1), got {getattr(cfg, name)}")
-    if not 0 < cfg.lr < float("inf"):
-        raise ConfigError(f"--lr must be > 0 and finite, got {cfg.lr}")
+    if not 0 < cfg.lr <= 1e6:
+        raise ConfigError(f"--lr must be in (0, 1e6], got {cfg.lr}")
     if cfg.max_vocab and cfg.max_vocab < 3:
         raise ConfigError(f"--max-vocab must be 0 or >= 3 (<pad>, <unk> and one token), got {cfg.max_vocab}")
     if (cfg.pos is None) != (cfg.neg is None):

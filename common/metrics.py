@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +41,9 @@ class MetricsLog:
 
     def write(self, **record: Any) -> None:
         if self._file is not None:
-            self._file.write(json.dumps(record) + "\n")
+            # JSON has no NaN: a non-finite number is written as null.
+            clean = {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in record.items()}
+            self._file.write(json.dumps(clean, allow_nan=False) + "\n")
             self._file.flush()
 
     def close(self) -> None:

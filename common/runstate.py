@@ -14,6 +14,7 @@ import os
 import shutil
 import sys
 import tempfile
+import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable, TypeVar
@@ -91,7 +92,19 @@ def write_checkpoint(root: str | Path, progress: Progress, write_state: Callable
     found = checkpoint_dirs(root)
     for _, old in found[:max(len(found) - keep, 0)]:
         shutil.rmtree(old, ignore_errors=True)
+    for stale in root.glob(".tmp-*"):  # left by a run killed mid-write (one writer per root)
+        shutil.rmtree(stale, ignore_errors=True)
     return final
+
+
+def checkpoint_root(cfg, twin: str) -> Path:
+    """Where training checkpoints go: ``--checkpoint-dir``, else the ``--resume`` directory (a resumed run
+    goes on writing where it left off), else a new ``runs/<twin>-<time>-<pid>`` (never an old run's)."""
+    if cfg.checkpoint_dir:
+        return Path(cfg.checkpoint_dir)
+    if cfg.resume:
+        return Path(cfg.resume)
+    return Path("runs") / f"{twin}-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
 
 
 def read_progress(path: Path) -> Progress:

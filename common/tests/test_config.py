@@ -68,7 +68,7 @@ def test_config_is_frozen_and_replace_validates():
     (["--dropout", "1.0"], r"--dropout must be in \[0, 1\)"),
     (["--dropout", "-0.1"], r"--dropout must be in \[0, 1\)"),
     (["--fc-dropout", "1.5"], r"--fc-dropout must be in \[0, 1\)"),
-    (["--lr", "0"], "--lr must be > 0"),
+    (["--lr", "0"], "--lr must be in .0, 1e6"),
     (["--clip", "-1"], "--clip must be >= 0"),
     (["--max-vocab", "2"], "--max-vocab must be 0 or >= 3"),
     (["--pos", "p.txt"], "--pos and --neg go together"),

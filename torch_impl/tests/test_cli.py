@@ -1,0 +1,109 @@
+"""The command lines: the seed's error reproduced on purpose, predict, user errors, and the real corpus."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from common.checkpoint import load_checkpoint, save_checkpoint
+from common.config import Config
+from common.errors import ConfigError
+from torch_impl import predict as torch_predict
+from torch_impl import train as torch_train
+from torch_impl.model import export_params, model_from_config
+from torch_impl.tests.conftest import run_cli, tiny_args
+
+
+def test_no_detach_stops_at_the_second_batch_in_one_line(tiny_cfg):
+    proc = run_cli("torch_impl.train", *tiny_args(tiny_cfg), "--no-detach")
+    assert proc.returncode == 2
+    assert "Traceback" not in proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert "Trying to backward through the graph a second time" in lines[0]
+    assert lines[0].startswith("error: step 2:")
+    assert "seed's bug" in lines[0] and "--no-detach" in lines[0]
+
+
+def test_predict_scores_texts_from_a_saved_checkpoint(tmp_path, tiny_cfg, tiny_data):
+    model = model_from_config(tiny_cfg.replace(seed=5), len(tiny_data.vocab))
+    save_checkpoint(tmp_path / "ckpt", export_params(model), tiny_cfg, tiny_data.vocab, tiny_data.tokenizer)
+    texts = ["a good great movie", "awful and boring", ""]
+    proc = run_cli("torch_impl.predict", str(tmp_path / "ckpt"), *texts, "--json", "--device", "cpu")
+    assert proc.returncode == 0, proc.stderr
+    rows = json.loads(proc.stdout)
+    ckpt = load_checkpoint(tmp_path / "ckpt")
+    expected = torch_predict.predict(torch_predict.model_from_checkpoint(ckpt, torch_train.resolve_device("cpu")),
+                                     ckpt, texts)
+    assert [r["text"] for r in rows] == texts
+    # The same code on the same CPU: equal up to JSON's float printing, which is exact for float64.
+    np.testing.assert_allclose([r["prob"] for r in rows], expected, rtol=0, atol=1e-7)
+    assert all(r["label"] == ("positive" if r["prob"] >= 0.5 else "negative") for r in rows)
+
+
+def test_predict_prints_one_line_per_text(tmp_path, tiny_cfg, tiny_data, capsys):
+    model = model_from_config(tiny_cfg, len(tiny_data.vocab))
+    save_checkpoint(tmp_path / "ckpt", export_params(model), tiny_cfg, tiny_data.vocab, tiny_data.tokenizer)
+    assert torch_predict.main([str(tmp_path / "ckpt"), "good", "bad movie"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert [line.split("\t")[2] for line in lines] == ["good", "bad movie"]
+
+
+def test_predict_on_a_missing_checkpoint_is_one_line(tmp_path, capsys):
+    assert torch_predict.main([str(tmp_path / "nothing"), "text"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and err.count("\n") == 1
+
+
+def test_unwritable_save_dir_is_one_line_before_training(tmp_path, tiny_cfg, capsys):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    assert torch_train.main([*tiny_args(tiny_cfg), "--save-dir", str(blocker / "ckpt")]) == 2
+    captured = capsys.readouterr()
+    assert captured.err.startswith("error: --save-dir") and captured.err.count("\n") == 1
+    assert "done:" not in captured.out
+
+
+@pytest.mark.parametrize("flags, message", [(["--device", "tpu"], "tpu is not supported"),
+                                            (["--dtype", "bfloat16"], "bfloat16 is not supported")])
+def test_unsupported_device_or_dtype_is_a_config_error(tiny_cfg, flags, message):
+    cfg = tiny_cfg.replace(device=flags[1]) if flags[0] == "--device" else tiny_cfg.replace(dtype=flags[1])
+    with pytest.raises(ConfigError, match=message):
+        torch_train.train(cfg)
+
+
+def test_device_auto_is_cuda_when_present_else_cpu():
+    import torch
+    assert torch_train.resolve_device("auto").type == ("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def test_init_from_starts_from_the_checkpoint_weights_and_vocabulary(tmp_path, tiny_cfg, tiny_data):
+    model = model_from_config(tiny_cfg.replace(seed=7), len(tiny_data.vocab))
+    save_checkpoint(tmp_path / "ckpt", export_params(model), tiny_cfg, tiny_data.vocab, tiny_data.tokenizer)
+    cfg, data, started = torch_train._load_run(tiny_cfg.replace(init_from=str(tmp_path / "ckpt"), device="cpu"))
+    assert data.vocab == tiny_data.vocab
+    for name, value in export_params(started).items():
+        assert value.tobytes() == export_params(model)[name].tobytes(), name
+
+
+def test_short_run_on_the_real_corpus(tmp_path):
+    metrics = tmp_path / "metrics.jsonl"
+    result = torch_train.train(Config(
+        embed_dim=8, hidden_dim=8, seq_len=20, batch_size=32, max_steps=3, log_every=0, progress=False,
+        device="cpu", metrics_out=str(metrics)))
+    assert result["steps"] == 3 and result["skipped_steps"] == 0
+    # Three steps from PyTorch-style initial weights: the loss is still near log 2 = 0.693.
+    assert 0.6 < result["val_loss"] < 0.8 and 0.6 < result["test_loss"] < 0.8
+    records = [json.loads(line) for line in metrics.read_text().splitlines()]
+    assert [r["step"] for r in records if "epoch" in r] == [1, 2, 3]
+    assert [r["split"] for r in records if "split" in r] == ["val", "test"]
+
+
+def test_unwritable_checkpoint_dir_is_one_line_before_training(tmp_path, tiny_cfg, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "runs").write_text("a file where the run directories would go")
+    assert torch_train.main([*tiny_args(tiny_cfg), "--checkpoint-every", "2"]) == 2
+    captured = capsys.readouterr()
+    assert captured.err.startswith("error: training checkpoints: runs/") and captured.err.count("\n") == 1
+    assert "cannot write there" in captured.err and "done:" not in captured.out
