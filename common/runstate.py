@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable, TypeVar
 
-from common.errors import CheckpointError
+from common.errors import CheckpointError, ConfigError
 
 PREFIX = "step-"
 PROGRESS_FILE = "progress.json"
@@ -36,6 +36,28 @@ class Progress:
     batch: int
     skipped: int = 0
     best_val_loss: float | None = None
+    settings: dict | None = None  # trajectory_settings(cfg) of the run that wrote it
+
+
+# Config fields a resumed run may change: they do not alter the trajectory (--skip-nonfinite included, so a
+# run stopped by a non-finite step can be resumed with it).
+RUN_ONLY_FIELDS = ("device", "init_from", "save_dir", "metrics_out", "checkpoint_every", "checkpoint_dir",
+                   "resume", "keep_checkpoints", "log_every", "progress", "epochs", "max_steps", "skip_nonfinite")
+
+
+def trajectory_settings(cfg) -> dict:
+    """The Config fields that decide the training trajectory (what a resume must not change)."""
+    return {k: v for k, v in cfg.to_dict().items() if k not in RUN_ONLY_FIELDS}
+
+
+def check_same_settings(progress: Progress, cfg, path: Path) -> None:
+    """Refuse ``--resume`` with other trajectory settings, by name. A :class:`ConfigError`, not a damaged
+    checkpoint: :func:`load_latest` does not fall back on it."""
+    now = trajectory_settings(cfg)
+    for name, then in (progress.settings or {}).items():
+        if now.get(name) != then:
+            raise ConfigError(f"--resume {path.parent}: the run was trained with --{name.replace('_', '-')} "
+                              f"{then!r}, not {now.get(name)!r}; resume with the same settings")
 
 
 def checkpoint_dirs(root: str | Path) -> list[tuple[int, Path]]:
@@ -118,10 +140,11 @@ def read_progress(path: Path) -> Progress:
         raise CheckpointError(f"{file}: corrupt ({err})") from None
 
 
-def load_latest(root: str | Path, load_state: Callable[[Path], T]) -> tuple[Progress, T, Path]:
+def load_latest(root: str | Path, load_state: Callable[[Path], T], cfg=None) -> tuple[Progress, T, Path]:
     """The newest checkpoint under ``root`` that loads: ``(progress, load_state(dir), dir)``.
 
     A checkpoint that fails (``CheckpointError``) is reported on stderr and the previous one is tried.
+    With ``cfg``, a checkpoint written with other trajectory settings is refused (:func:`check_same_settings`).
     """
     root = Path(root)
     candidates = checkpoint_dirs(root)
@@ -130,6 +153,8 @@ def load_latest(root: str | Path, load_state: Callable[[Path], T]) -> tuple[Prog
     for _, path in reversed(candidates):
         try:
             progress = read_progress(path)
+            if cfg is not None:
+                check_same_settings(progress, cfg, path)
             return progress, load_state(path), path
         except CheckpointError as err:
             print(f"warning: {err}; falling back to the previous checkpoint", file=sys.stderr)

@@ -24,7 +24,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from common.errors import CheckpointError, ConfigError
+from common.errors import CheckpointError
 from common.runstate import Progress, read_progress
 
 FORMAT = "lstm-twins/torch-training-state"
@@ -33,12 +33,6 @@ MODEL_FILE, OPTIMIZER_FILE = "model.safetensors", "optimizer.safetensors"
 CARRY_FILE, RNG_FILE, STATE_FILE = "carry.safetensors", "rng.safetensors", "state.json"
 TENSOR_FILES = (MODEL_FILE, OPTIMIZER_FILE, CARRY_FILE, RNG_FILE)
 ADAM_KEYS = ("exp_avg", "exp_avg_sq", "step")
-
-# Settings that shape the trajectory: a resumed run must use the same ones to continue the same run.
-TRAJECTORY_FIELDS = ("tokenizer", "min_freq", "max_vocab", "seq_len", "padding", "split_seed", "embed_dim",
-                     "hidden_dim", "layers", "dropout", "fc_dropout", "batch_size", "lr", "clip", "carry",
-                     "detach", "tbptt", "seed", "dtype")
-
 
 @dataclass
 class TrainingState:
@@ -133,31 +127,21 @@ def _read_tensors(path: Path, expected: dict[str, Any]) -> dict[str, torch.Tenso
         raise CheckpointError(f"{path}: unreadable safetensors file ({err})") from None
 
 
-def load_training_state(directory: Path, cfg=None) -> TrainingState:
+def load_training_state(directory: Path) -> TrainingState:
     """Read and verify one checkpoint directory. Damage raises :class:`CheckpointError` naming the file
-    (so the caller can fall back); a ``cfg`` whose trajectory settings differ raises :class:`ConfigError`."""
+    (so the caller can fall back); common.runstate.load_latest refuses other trajectory settings."""
     directory = Path(directory)
     scalars = _read_scalars(directory)
     progress = read_progress(directory)
     if asdict(progress) != scalars["progress"]:
         raise CheckpointError(f"{directory / 'progress.json'}: altered (it disagrees with {STATE_FILE})")
     content = {name: _read_tensors(directory / name, scalars["files"][name]) for name in TENSOR_FILES}
-    if cfg is not None:
-        check_compatible(scalars["config"], cfg, directory)
     adam: dict[str, dict[str, torch.Tensor]] = {}
     for key, value in content[OPTIMIZER_FILE].items():
         name, _, part = key.rpartition(".")
         adam.setdefault(name, {})[part] = value
     carry = content[CARRY_FILE]
     return TrainingState(content[MODEL_FILE], adam, (carry["h"], carry["c"]), content[RNG_FILE], scalars)
-
-
-def check_compatible(saved: dict[str, Any], cfg, directory: Path) -> None:
-    for name in TRAJECTORY_FIELDS:
-        if saved.get(name) != getattr(cfg, name):
-            raise ConfigError(f"--resume {directory.parent}: the run was trained with "
-                              f"--{name.replace('_', '-')} {saved.get(name)!r}, not {getattr(cfg, name)!r}; "
-                              f"resume with the same settings")
 
 
 def restore_training_state(state: TrainingState, model: nn.Module, optimizer: torch.optim.Optimizer,

@@ -25,7 +25,7 @@ from common.config import Config, parse_config
 from common.data import EncodedSplit, prepare_data
 from common.errors import ConfigError, UserError, cli_main
 from common.metrics import MetricsLog, log_line
-from common.runstate import Progress, checkpoint_dirs, checkpoint_root, load_latest, write_checkpoint
+from common.runstate import Progress, trajectory_settings, checkpoint_dirs, checkpoint_root, load_latest, write_checkpoint
 from torch_impl.model import Hidden, SentimentRNN, export_params, load_params, model_from_config
 from torch_impl.state import load_training_state, restore_training_state, save_training_state
 
@@ -229,7 +229,7 @@ def train(cfg: Config) -> dict[str, Any]:
     if cfg.resume:
         if not checkpoint_dirs(cfg.resume):
             raise ConfigError(f"--resume {cfg.resume}: no training checkpoint (step-*) found there")
-        progress, state, path = load_latest(cfg.resume, lambda p: load_training_state(p, cfg))
+        progress, state, path = load_latest(cfg.resume, lambda p: load_training_state(p), cfg=cfg)
         hidden = restore_training_state(state, model, optimizer, device)
         last_val = state.scalars["last_val"]
         print(f"resumed from {path} (step {progress.step}, epoch {progress.epoch + 1}, batch {progress.batch})",
@@ -240,6 +240,7 @@ def train(cfg: Config) -> dict[str, Any]:
     per_epoch = num_train_batches(len(data.train), cfg.batch_size)
     total = cfg.epochs * per_epoch if not cfg.max_steps else min(cfg.epochs * per_epoch, cfg.max_steps)
     step, skipped, best_val_loss = progress.step, progress.skipped, progress.best_val_loss
+    settings = trajectory_settings(cfg)
     train_seconds = 0.0
     metrics = MetricsLog(cfg.metrics_out, truncate_after=progress.step if cfg.resume else None)
 
@@ -294,8 +295,8 @@ def train(cfg: Config) -> dict[str, Any]:
                         validate()
                     keep_if_best(epoch)
                 if run_dir is not None and (step % cfg.checkpoint_every == 0 or epoch_end or stop):
-                    after = Progress(step, epoch + 1, 0, skipped, best_val_loss) if epoch_end else \
-                        Progress(step, epoch, i + 1, skipped, best_val_loss)
+                    after = Progress(step, epoch + 1, 0, skipped, best_val_loss, settings) if epoch_end else \
+                        Progress(step, epoch, i + 1, skipped, best_val_loss, settings)
                     write_checkpoint(run_dir, after, lambda d: save_training_state(
                         d, model, optimizer, hidden, cfg, after, last_val), keep=cfg.keep_checkpoints)
                 if stop:

@@ -98,3 +98,17 @@ def test_load_latest_when_every_checkpoint_is_damaged_is_an_error(tmp_path, caps
     (tmp_path / "step-00000001" / PROGRESS_FILE).write_text('{"step": 1, "bogus": 2}', encoding="utf-8")
     with pytest.raises(CheckpointError, match="every training checkpoint there is damaged"):
         load_latest(tmp_path, _load_state)
+
+
+def test_resume_with_other_trajectory_settings_is_refused_by_name(tmp_path):
+    from common.config import Config
+    from common.errors import ConfigError
+    from common.runstate import trajectory_settings
+
+    cfg = Config(hidden_dim=8)
+    write_checkpoint(tmp_path, Progress(step=2, epoch=0, batch=2, settings=trajectory_settings(cfg)), lambda d: None)
+    with pytest.raises(ConfigError, match="--hidden-dim 8, not 16"):
+        load_latest(tmp_path, lambda p: "state", cfg=cfg.replace(hidden_dim=16))
+    # Run-only settings (more epochs, a new metrics file, --skip-nonfinite) may change on resume.
+    progress, state, _ = load_latest(tmp_path, lambda p: "state", cfg=cfg.replace(epochs=9, skip_nonfinite=True))
+    assert (progress.step, state) == (2, "state")

@@ -107,7 +107,7 @@ def test_a_damaged_state_file_is_named_and_the_previous_checkpoint_used(tmp_path
 
 def test_resume_refuses_other_trajectory_settings(tmp_path, three_checkpoints, tiny_cfg):
     with pytest.raises(ConfigError, match="--lr"):
-        load_latest(three_checkpoints, lambda p: load_training_state(p, tiny_cfg.replace(lr=0.01)))
+        load_latest(three_checkpoints, load_training_state, cfg=tiny_cfg.replace(lr=0.01))
 
 
 def _poison_gradient_at(monkeypatch, step: int) -> None:

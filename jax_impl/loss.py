@@ -1,0 +1,63 @@
+"""Binary cross-entropy of ``sigmoid(logit)`` with PyTorch ``BCELoss`` semantics, forward and backward.
+
+PyTorch computes ``p = sigmoid(z)`` in the compute dtype, then
+``loss = (y - 1) * max(log1p(-p), -100) - y * max(log(p), -100)`` (mean over the batch), and differentiates
+it with its own formula, not by autodiff of the clamped logs:
+
+    dL/dp = (p - y) / max((1 - p) * p, 1e-12) / N        (binary_cross_entropy_backward, mean)
+    dL/dz = dL/dp * (1 - p) * p                          (sigmoid_backward)
+
+So a saturated logit has a finite loss (at most 100) and a finite gradient: at z = 20, p rounds to 1.0 in
+float32, and for y = 0 the loss is 100 with gradient 0 (PyTorch's answer, which the seed trains with).
+Autodiff of the same forward would give NaN there (0 * inf), hence the ``jax.custom_vjp``.
+"""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+LOG_CLAMP = -100.0  # PyTorch clamps each log at -100
+GRAD_EPS = 1e-12  # PyTorch's EPSILON in binary_cross_entropy_backward
+
+
+def sigmoid(logits: jax.Array) -> jax.Array:
+    """P(positive) in the logits' dtype."""
+    return jax.nn.sigmoid(logits)
+
+
+def bce_per_example(logits: jax.Array, labels: jax.Array) -> jax.Array:
+    """(B,) losses, PyTorch's forward (no gradient rule attached: use for evaluation)."""
+    p = sigmoid(logits)
+    y = labels.astype(p.dtype)
+    return (y - 1) * jnp.maximum(jnp.log1p(-p), LOG_CLAMP) - y * jnp.maximum(jnp.log(p), LOG_CLAMP)
+
+
+@jax.custom_vjp
+def bce_loss(logits: jax.Array, labels: jax.Array) -> jax.Array:
+    """Scalar mean BCE of ``sigmoid(logits (B,))`` against ``labels (B,)`` (1 positive, 0 negative)."""
+    return jnp.mean(bce_per_example(logits, labels))
+
+
+def _bce_forward(logits: jax.Array, labels: jax.Array):
+    p = sigmoid(logits)
+    y = labels.astype(p.dtype)
+    loss = jnp.mean((y - 1) * jnp.maximum(jnp.log1p(-p), LOG_CLAMP) - y * jnp.maximum(jnp.log(p), LOG_CLAMP))
+    return loss, (p, labels)
+
+
+def _bce_backward(residuals, g: jax.Array):
+    p, labels = residuals
+    y = labels.astype(p.dtype)
+    n = p.shape[0]
+    # The same operations in the same order as PyTorch's two backward kernels, so the rounding matches too.
+    grad_p = g * (p - y) / jnp.maximum((1 - p) * p, jnp.asarray(GRAD_EPS, p.dtype)) / n
+    grad_z = grad_p * (1 - p) * p
+    return grad_z, jnp.zeros_like(labels)
+
+
+bce_loss.defvjp(_bce_forward, _bce_backward)
+
+
+def predictions(logits: jax.Array) -> jax.Array:
+    """(B,) 0/1 labels the way the seed computes them: ``round(sigmoid(z))`` (0.5 rounds to even, i.e. 0)."""
+    return jnp.round(sigmoid(logits))

@@ -1,0 +1,71 @@
+"""The command lines: predict on a saved checkpoint, one-line errors, and a short run on the real corpus."""
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from common.checkpoint import load_checkpoint, save_checkpoint
+from jax_impl.predict import predict_probs
+from jax_impl.train import main
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tiny, tmp_path_factory):
+    path = tmp_path_factory.mktemp("predict") / "ckpt"
+    save_checkpoint(path, tiny.neutral, tiny.cfg, tiny.data.vocab, tiny.data.tokenizer)
+    return path
+
+
+def test_predict_cli_prints_json_probabilities_from_a_checkpoint(checkpoint):
+    texts = ["a good great movie", "bad awful boring book", "unseenword"]
+    out = subprocess.run([sys.executable, "-m", "jax_impl.predict", str(checkpoint), *texts, "--json"],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    rows = json.loads(out.stdout)
+    assert [r["text"] for r in rows] == texts
+    expected = predict_probs(load_checkpoint(checkpoint), texts)
+    # The same computation in another process: equal to float32 rounding.
+    np.testing.assert_allclose([r["prob"] for r in rows], expected, rtol=1e-6)
+    assert all(r["label"] == ("positive" if r["prob"] >= 0.5 else "negative") for r in rows)
+
+
+def test_predict_probabilities_are_the_models_sigmoid_with_a_zero_carry(tiny, checkpoint):
+    import jax
+    from jax_impl.convert import to_flax
+    from jax_impl.train import zero_carry
+    from common.data import encode_texts
+    texts = ["good movie", "the worst"]
+    tokens, _ = encode_texts(texts, tiny.data.vocab, tiny.data.tokenizer, tiny.cfg.seq_len)
+    logits, _ = jax.jit(tiny.model.apply)({"params": to_flax(tiny.neutral)}, tokens, zero_carry(tiny.model, 2))
+    np.testing.assert_allclose(predict_probs(load_checkpoint(checkpoint), texts),
+                               1 / (1 + np.exp(-np.asarray(logits, np.float64))), rtol=1e-6)
+
+
+def test_a_missing_device_is_one_line_and_exit_status_2(capsys):
+    assert main(["--device", "tpu"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: --device tpu: JAX sees no tpu device") and err.count("\n") == 1
+
+
+def test_a_bad_checkpoint_for_predict_is_one_line(tmp_path, capsys):
+    from jax_impl.predict import main as predict_main
+    assert predict_main([str(tmp_path / "nowhere"), "text"]) == 2
+    assert "no such checkpoint directory" in capsys.readouterr().err
+
+
+def test_three_steps_on_the_real_corpus(tmp_path, capsys):
+    metrics = tmp_path / "metrics.jsonl"
+    status = main(["--max-steps", "3", "--embed-dim", "8", "--hidden-dim", "16", "--seq-len", "16",
+                   "--log-every", "2", "--no-progress", "--metrics-out", str(metrics),
+                   "--save-dir", str(tmp_path / "best")])
+    assert status == 0
+    out = capsys.readouterr().out
+    assert "Epoch: 1/4... Step: 2... Loss:" in out and "done: 3 steps (0 skipped)" in out
+    records = [json.loads(line) for line in metrics.read_text().splitlines()]
+    assert [r["step"] for r in records if "epoch" in r] == [1, 2, 3]
+    assert [(r["step"], r["split"]) for r in records if "split" in r] == [(2, "val"), (3, "val"), (3, "test")]
+    # A fresh model on a balanced corpus: the loss is near log 2 (within 0.1).
+    assert all(abs(r["loss"] - np.log(2)) < 0.1 for r in records)
+    assert load_checkpoint(tmp_path / "best").tokenizer == "char"

@@ -1,0 +1,160 @@
+"""The Flax model: shapes, the explicit carry, dropout only in training, masked variable-length mode."""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jax_impl.convert import to_flax
+from jax_impl.model import SentimentRNN, init_carry
+
+B, T, V, E, H, L = 3, 7, 11, 8, 16, 2
+
+
+@pytest.fixture(scope="module")
+def setup():
+    from common.params import init_params
+    model = SentimentRNN(V, E, H, L, dropout=0.5, fc_dropout=0.3)
+    params = jax.tree_util.tree_map(jnp.asarray, to_flax(init_params(V, E, H, L, seed=1)))
+    tokens = jnp.asarray(np.random.default_rng(0).integers(1, V, (B, T)), jnp.int32)
+    apply = jax.jit(lambda p, t, c, k, train: model.apply({"params": p}, t, c, train=train, rngs={"dropout": k}),
+                    static_argnums=4)
+    return model, params, tokens, apply
+
+
+def test_logits_and_carry_have_the_documented_shapes(setup):
+    model, params, tokens, apply = setup
+    logits, carry = apply(params, tokens, init_carry(B, L, H), jax.random.key(0), False)
+    assert logits.shape == (B,) and logits.dtype == jnp.float32
+    assert len(carry) == L
+    for h, c in carry:
+        assert h.shape == (B, H) and c.shape == (B, H) and h.dtype == jnp.float32
+
+
+def test_flax_init_gives_the_same_tree_as_the_conversion(setup):
+    model, params, tokens, _ = setup
+    initialised = jax.eval_shape(model.init, jax.random.key(0), tokens, init_carry(B, L, H))["params"]
+    shapes = jax.tree_util.tree_map(jnp.shape, initialised)
+    assert shapes == jax.tree_util.tree_map(jnp.shape, params)
+
+
+def test_the_carry_is_threaded_into_the_next_batch(setup):
+    model, params, tokens, apply = setup
+    key = jax.random.key(0)
+    _, carry1 = apply(params, tokens, init_carry(B, L, H), key, False)
+    second = tokens[:, ::-1]
+    from_carry, _ = apply(params, second, carry1, key, False)
+    from_zeros, _ = apply(params, second, init_carry(B, L, H), key, False)
+    # The second batch's logits depend on the first batch's final state.
+    assert np.max(np.abs(np.asarray(from_carry) - np.asarray(from_zeros))) > 1e-4
+
+
+def test_the_new_carry_is_the_top_layers_final_state_that_the_logit_reads(setup):
+    model, params, tokens, apply = setup
+    logits, carry = apply(params, tokens, init_carry(B, L, H), jax.random.key(0), False)
+    top_h = np.asarray(carry[-1][0])
+    expected = top_h @ np.asarray(params["fc"]["kernel"])[:, 0] + np.asarray(params["fc"]["bias"])[0]
+    np.testing.assert_allclose(np.asarray(logits), expected, rtol=1e-5, atol=1e-6)
+
+
+def test_same_inputs_give_bit_identical_outputs(setup):
+    model, params, tokens, apply = setup
+    key = jax.random.key(3)
+    a = apply(params, tokens, init_carry(B, L, H), key, True)
+    b = apply(params, tokens, init_carry(B, L, H), key, True)
+    for x, y in zip(jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b)):
+        assert np.array_equal(np.asarray(x), np.asarray(y))
+
+
+def test_dropout_acts_only_in_training_and_follows_the_key(setup):
+    model, params, tokens, apply = setup
+    carry = init_carry(B, L, H)
+    eval_a, _ = apply(params, tokens, carry, jax.random.key(0), False)
+    eval_b, _ = apply(params, tokens, carry, jax.random.key(1), False)
+    train_a, _ = apply(params, tokens, carry, jax.random.key(0), True)
+    train_b, _ = apply(params, tokens, carry, jax.random.key(1), True)
+    assert np.array_equal(np.asarray(eval_a), np.asarray(eval_b))
+    assert not np.array_equal(np.asarray(train_a), np.asarray(train_b))
+    assert not np.array_equal(np.asarray(train_a), np.asarray(eval_a))
+
+
+def test_masked_mode_ignores_everything_past_each_texts_length(setup):
+    model, params, tokens, _ = setup
+    lengths = jnp.array([2, 5, 7], jnp.int32)
+    apply = jax.jit(lambda t: model.apply({"params": params}, t, init_carry(B, L, H), lengths))
+    garbage = jnp.where(jnp.arange(T)[None, :] < lengths[:, None], tokens, (tokens * 7 + 3) % V)
+    a_logits, a_carry = apply(tokens)
+    b_logits, b_carry = apply(garbage)
+    # The tokens past a text's end change nothing: the carry stopped there.
+    assert np.array_equal(np.asarray(a_logits), np.asarray(b_logits))
+    for x, y in zip(jax.tree_util.tree_leaves(a_carry), jax.tree_util.tree_leaves(b_carry)):
+        assert np.array_equal(np.asarray(x), np.asarray(y))
+
+
+def reference_forward(params, tokens: np.ndarray, lengths: list[int]) -> tuple[np.ndarray, list]:
+    """PyTorch's LSTM equations in float64 numpy, one text at a time, stopping at each text's length."""
+    p = jax.tree_util.tree_map(lambda a: np.asarray(a, np.float64), params)
+    sigmoid = lambda x: 1 / (1 + np.exp(-x))
+    logits, states = [], []
+    for row, n in zip(tokens, lengths):
+        xs = p["embedding"]["embedding"][row[:n]]
+        for k in range(L):
+            layer = p[f"lstm_l{k}"]
+            hh = layer["recurrence"]["cell"]["hh"]
+            h, c, outs = np.zeros(H), np.zeros(H), []
+            for x in xs:
+                gates = x @ layer["ih"]["kernel"] + layer["ih"]["bias"] + h @ hh["kernel"] + hh["bias"]
+                i, f, g, o = np.split(gates, 4)
+                c = sigmoid(f) * c + sigmoid(i) * np.tanh(g)
+                h = sigmoid(o) * np.tanh(c)
+                outs.append(h)
+            xs = np.stack(outs)
+        logits.append(h @ p["fc"]["kernel"][:, 0] + p["fc"]["bias"][0])
+        states.append((h, c))
+    return np.array(logits), states
+
+
+def test_forward_matches_pytorchs_lstm_equations(setup):
+    model, params, tokens, apply = setup
+    logits, carry = apply(params, tokens, init_carry(B, L, H), jax.random.key(0), False)
+    expected, states = reference_forward(params, np.asarray(tokens), [T] * B)
+    # float32 against float64 over 7 steps and 2 layers: agreement to ~1e-6.
+    np.testing.assert_allclose(np.asarray(logits), expected, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(np.asarray(carry[-1][1]), np.stack([c for _, c in states]), rtol=1e-5, atol=1e-6)
+
+
+def test_masked_mode_reads_each_texts_own_last_state(setup):
+    model, params, tokens, _ = setup
+    lengths = [2, 5, 7]
+    logits, carry = jax.jit(lambda t, n: model.apply({"params": params}, t, init_carry(B, L, H), n))(
+        tokens, jnp.asarray(lengths, jnp.int32))
+    expected, states = reference_forward(params, np.asarray(tokens), lengths)
+    np.testing.assert_allclose(np.asarray(logits), expected, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(np.asarray(carry[-1][0]), np.stack([h for h, _ in states]), rtol=1e-5, atol=1e-6)
+
+
+def test_bfloat16_computes_in_bfloat16_and_keeps_float32_params_carry_and_logits(setup):
+    _, params, tokens, _ = setup
+    model = SentimentRNN(V, E, H, L, dropout=0.0, fc_dropout=0.0, dtype=jnp.bfloat16)
+    logits, carry = jax.jit(model.apply)({"params": params}, tokens, init_carry(B, L, H))
+    reference, _ = setup[3](params, tokens, init_carry(B, L, H), jax.random.key(0), False)
+    assert logits.dtype == jnp.float32 and carry[0][0].dtype == jnp.float32
+    # bfloat16 keeps 8 bits of mantissa: the logits agree to a few hundredths.
+    np.testing.assert_allclose(np.asarray(logits), np.asarray(reference), atol=0.05)
+    assert not np.array_equal(np.asarray(logits), np.asarray(reference))
+
+
+def test_float64_under_x64_computes_in_float64(setup):
+    from common.params import init_params
+    with jax.enable_x64(True):
+        model = SentimentRNN(V, E, H, L, 0.0, 0.0, dtype=jnp.float64)
+        params = jax.tree_util.tree_map(jnp.asarray, to_flax(init_params(V, E, H, L, seed=1), dtype=np.float64))
+        logits, carry = model.apply({"params": params}, setup[2], init_carry(B, L, H, jnp.float64))
+        assert logits.dtype == jnp.float64 and carry[-1][0].dtype == jnp.float64
+
+
+def test_unrolling_the_recurrence_changes_nothing_but_speed(setup):
+    model, params, tokens, apply = setup
+    reference, _ = apply(params, tokens, init_carry(B, L, H), jax.random.key(0), False)
+    unrolled, _ = jax.jit(model.clone(unroll=4).apply)({"params": params}, tokens, init_carry(B, L, H))
+    # Same operations per step; XLA may fuse the unrolled steps differently: 1e-6.
+    np.testing.assert_allclose(np.asarray(unrolled), np.asarray(reference), rtol=1e-6, atol=1e-7)

@@ -1,0 +1,138 @@
+"""Training checkpoints: a run killed with SIGKILL and resumed ends bitwise where an uninterrupted run ends;
+a damaged checkpoint is detected, named, and the previous one is used."""
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import jax
+import numpy as np
+import pytest
+
+from common.checkpoint import load_checkpoint
+from common.config import parse_config
+from common.errors import CheckpointError
+from common.runstate import checkpoint_dirs, load_latest
+from common.data import prepare_data
+from common.params import init_params
+from jax_impl.model import model_from_config
+from jax_impl.tests.conftest import Tiny
+from jax_impl.state import DIGEST_FILE, STATE_DIR, load_training_state, save_training_state
+from jax_impl.train import PROG, create_train_state, train, zero_carry
+
+RUN_DIR = Path("checkpoints")  # relative to each run's working directory
+
+
+@pytest.fixture(scope="module")
+def small(tmp_path_factory) -> Tiny:
+    """A smaller corpus than ``tiny``'s (12 batches an epoch), so the runs below stay short."""
+    from jax_impl.tests.conftest import tiny_config, write_corpus
+    cfg = tiny_config(*write_corpus(tmp_path_factory.mktemp("small-corpus"), per_class=30))
+    data = prepare_data(cfg)
+    model = model_from_config(cfg, len(data.vocab))
+    neutral = init_params(len(data.vocab), cfg.embed_dim, cfg.hidden_dim, cfg.layers, seed=cfg.seed)
+    return Tiny(cfg, data, model, neutral, None, None, jax.devices()[0])
+
+
+def run_flags(tiny) -> list[str]:
+    cfg = tiny.cfg
+    return ["--pos", cfg.pos, "--neg", cfg.neg, "--embed-dim", "8", "--hidden-dim", "16", "--seq-len", "12",
+            "--batch-size", "4", "--epochs", "2", "--log-every", "5", "--checkpoint-every", "2",
+            "--checkpoint-dir", str(RUN_DIR), "--metrics-out", "metrics.jsonl", "--save-dir", "best",
+            "--no-progress", "--device", "cpu"]  # bitwise reproducibility is a CPU claim
+
+
+def load_state(tiny, step_dir: Path):
+    template = create_train_state(tiny.model, tiny.cfg, tiny.neutral, tiny.device)
+    return load_training_state(step_dir, template, zero_carry(tiny.model, tiny.cfg.batch_size, tiny.device))
+
+
+@pytest.fixture(scope="module")
+def reference(small, tmp_path_factory) -> Path:
+    """An uninterrupted run (in this process) of the same command line; its working directory."""
+    folder = tmp_path_factory.mktemp("uninterrupted")
+    cwd = os.getcwd()
+    os.chdir(folder)
+    try:
+        train(parse_config(run_flags(small), PROG, ""))
+    finally:
+        os.chdir(cwd)
+    return folder
+
+
+def test_a_killed_run_resumes_to_bitwise_the_same_end(small, reference, tmp_path):
+    command = [sys.executable, "-m", "jax_impl.train", *run_flags(small)]
+    victim = subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 120
+    while not (tmp_path / RUN_DIR / "step-00000006").exists():
+        assert victim.poll() is None, f"the run ended before it could be killed: {victim.stderr.read()}"
+        assert time.monotonic() < deadline, "no checkpoint at step 6 within 120 s"
+        time.sleep(0.01)
+    victim.send_signal(signal.SIGKILL)  # mid-run, possibly mid-write of the next checkpoint
+    victim.wait()
+    victim.stderr.close()
+    assert victim.returncode == -signal.SIGKILL
+    killed_at = checkpoint_dirs(tmp_path / RUN_DIR)[-1][0]
+    total = sum(1 for line in (reference / "metrics.jsonl").read_text().splitlines() if '"epoch"' in line)
+    assert 6 <= killed_at < total
+
+    resumed = subprocess.run([*command, "--resume", str(RUN_DIR)], cwd=tmp_path, capture_output=True, text=True,
+                             timeout=300)
+    assert resumed.returncode == 0, resumed.stderr
+    assert f"resumed from {RUN_DIR}" in resumed.stderr
+
+    # The metrics file: truncated at the resumed step, then the same records, bit for bit.
+    assert (tmp_path / "metrics.jsonl").read_text() == (reference / "metrics.jsonl").read_text()
+    # The final training state: params, Adam moments, step and carry identical.
+    end_ref, end_res = (checkpoint_dirs(d / RUN_DIR)[-1] for d in (reference, tmp_path))
+    assert end_ref[0] == end_res[0] == total
+    for a, b in zip(jax.tree_util.tree_leaves(load_state(small, end_ref[1])),
+                    jax.tree_util.tree_leaves(load_state(small, end_res[1]))):
+        assert np.array_equal(np.asarray(a), np.asarray(b))
+    # The best-validation neutral checkpoint too.
+    best_ref, best_res = (load_checkpoint(d / "best").params for d in (reference, tmp_path))
+    assert all(np.array_equal(best_ref[k], best_res[k]) for k in best_ref)
+
+
+def damage(path: Path) -> None:
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2] if len(data) > 1 else b"\xff\xfe")
+
+
+def test_every_damaged_file_is_named_and_the_previous_checkpoint_is_used(small, reference, tmp_path, capsys):
+    steps = checkpoint_dirs(reference / RUN_DIR)
+    (_, newest_dir), (previous, _) = steps[-1], steps[-2]
+    files = sorted(p.relative_to(newest_dir) for p in newest_dir.rglob("*") if p.is_file())
+    assert Path("progress.json") in files and Path(DIGEST_FILE) in files and len(files) > 5
+    for relative in files:
+        root = tmp_path / str(relative).replace("/", "_")
+        shutil.copytree(reference / RUN_DIR, root)
+        damage(root / newest_dir.name / relative)
+        progress, _, used = load_latest(root, lambda p: load_state(small, p))
+        assert progress.step == previous and used.name == f"step-{previous:08d}", relative
+        warning = capsys.readouterr().err
+        assert str(relative.name) in warning and "falling back" in warning, (relative, warning)
+
+
+def test_an_altered_byte_is_detected_even_when_the_size_is_unchanged(small, reference, tmp_path):
+    step_dir = checkpoint_dirs(reference / RUN_DIR)[-1][1]
+    copy = tmp_path / step_dir.name
+    shutil.copytree(step_dir, copy)
+    biggest = max((p for p in (copy / STATE_DIR).rglob("*") if p.is_file()), key=lambda p: p.stat().st_size)
+    data = bytearray(biggest.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    biggest.write_bytes(bytes(data))
+    with pytest.raises(CheckpointError, match=rf"{biggest.name}: contents differ"):
+        load_state(small, copy)
+
+
+def test_a_state_with_nonfinite_values_is_refused(tiny, tmp_path):
+    state = create_train_state(tiny.model, tiny.cfg, tiny.neutral, tiny.device)
+    params = jax.tree_util.tree_map(lambda x: x, state.params)
+    params["fc"]["bias"] = params["fc"]["bias"] * np.nan
+    save_training_state(tmp_path, state.replace(params=params), zero_carry(tiny.model, 4, tiny.device))
+    with pytest.raises(CheckpointError, match=r"\['params'\]\['fc'\]\['bias'\] holds non-finite values"):
+        load_state(tiny, tmp_path)
