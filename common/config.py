@@ -59,6 +59,8 @@ class Config:
     # run
     device: str = field(default="auto", metadata=_opt(
         "auto (an accelerator when present), cpu, gpu (alias cuda) or tpu", choices=("auto", "cpu", "gpu", "cuda", "tpu")))
+    devices: int = field(default=0, metadata=_opt(
+        "data-parallel devices (JAX: 0 = all local devices; PyTorch: set by torchrun's WORLD_SIZE)"))
     dtype: str = field(default="float32", metadata=_opt(
         "compute dtype; float32 is the parity setting", choices=("float32", "bfloat16", "float64")))
     init_from: str | None = field(default=None, metadata=_opt("start from this neutral checkpoint's weights and vocabulary"))
@@ -91,7 +93,8 @@ MODEL_FIELDS = ("tokenizer", "min_freq", "max_vocab", "seq_len", "padding", "emb
                 "dropout", "fc_dropout")
 
 _POSITIVE = ("seq_len", "embed_dim", "hidden_dim", "layers", "batch_size", "epochs", "min_freq", "keep_checkpoints")
-_NON_NEGATIVE = ("max_vocab", "max_steps", "tbptt", "log_every", "clip", "checkpoint_every", "seed", "split_seed")
+_NON_NEGATIVE = ("max_vocab", "max_steps", "tbptt", "log_every", "clip", "checkpoint_every", "seed", "split_seed",
+                 "devices")
 
 
 def validate(cfg: Config) -> None:
@@ -163,3 +166,19 @@ def config_from_namespace(ns: argparse.Namespace) -> Config:
 def parse_config(argv: Sequence[str] | None, prog: str, description: str) -> Config:
     """Parse a twin's command line into a validated :class:`Config`."""
     return config_from_namespace(make_parser(prog, description).parse_args(argv))
+
+
+def to_argv(cfg: Config, exclude: Sequence[str] = ()) -> list[str]:
+    """The command-line flags that rebuild ``cfg`` (fields left at their defaults are omitted):
+    ``parse_config(to_argv(cfg), ...) == cfg``. Used to start a twin's trainer in a subprocess."""
+    defaults = Config()
+    argv: list[str] = []
+    for f in fields(Config):
+        value = getattr(cfg, f.name)
+        if f.name in exclude or value == getattr(defaults, f.name):
+            continue
+        if isinstance(f.default, bool):
+            argv.append(f"--{_flag(f.name)}" if value else f"--no-{_flag(f.name)}")
+        else:
+            argv += [f"--{_flag(f.name)}", str(value)]
+    return argv

@@ -63,3 +63,15 @@ def _step_of(line: str) -> int:
         return int(json.loads(line)["step"])
     except (ValueError, KeyError, TypeError):
         return 1 << 62  # an unreadable (half-written) line is dropped
+
+
+TIMING_FIELDS = ("train_seconds",)  # wall-clock fields: never equal between two runs
+
+
+def read_metrics(path: str | Path, timing: bool = True) -> list[dict[str, Any]]:
+    """The records of a metrics JSONL file; ``timing=False`` drops the wall-clock fields, leaving what two
+    identical runs (an interrupted-and-resumed one and an uninterrupted one, say) agree on exactly."""
+    records = [json.loads(line) for line in Path(path).read_text(encoding="utf-8").splitlines() if line.strip()]
+    if not timing:
+        records = [{k: v for k, v in r.items() if k not in TIMING_FIELDS} for r in records]
+    return records

@@ -5,7 +5,8 @@
 
 Everything random comes from keys: the dropout key of a step is ``fold_in(key(cfg.seed), state.step)``. The
 loop around the steps is the same program as ``torch_impl.train`` (same flags, data order, carry modes, log
-line, metrics JSONL, neutral checkpoints, training checkpoints).
+line, metrics JSONL, neutral checkpoints, training checkpoints). ``--devices N`` runs the same jitted steps
+data-parallel over N devices: only where arrays are placed changes (:mod:`jax_impl.distributed`).
 """
 from __future__ import annotations
 
@@ -32,6 +33,8 @@ from common.metrics import MetricsLog, log_line
 from common.params import init_params
 from common.runstate import Progress, trajectory_settings, checkpoint_root, load_latest, write_checkpoint
 from jax_impl.convert import from_flax, to_flax
+from jax_impl.distributed import (Where, from_main_process, initialize_from_environment, is_main_process, placement,
+                                  put, put_key)
 from jax_impl.loss import bce_loss, bce_per_example, predictions
 from jax_impl.model import Carry, SentimentRNN, init_carry, model_from_config, param_dtype_for
 from jax_impl.optim import global_norm_torch, make_optimizer
@@ -75,7 +78,8 @@ def select_device(name: str) -> jax.Device:
         raise ConfigError(f"--device must be one of {', '.join(platforms)}, got {name!r}")
     platform = platforms[name]
     try:
-        return jax.devices(platform)[0] if platform else jax.devices()[0]
+        # This process's first device (on several hosts, jax.devices()[0] belongs to process 0).
+        return jax.local_devices(backend=platform)[0] if platform else jax.local_devices()[0]
     except RuntimeError:
         seen = ", ".join(sorted({d.platform for d in jax.devices()}))
         raise ConfigError(f"--device {name}: JAX sees no {platform} device here (it sees: {seen}); "
@@ -93,8 +97,9 @@ def carry_dtype(model: SentimentRNN) -> Any:
     return param_dtype_for(model.dtype)
 
 
-def zero_carry(model: SentimentRNN, batch_size: int, device: jax.Device | None = None) -> Carry:
-    """The zero carry for ``model``; placed on (committed to) ``device`` when one is given.
+def zero_carry(model: SentimentRNN, batch_size: int, device: Where | None = None) -> Carry:
+    """The zero carry for ``model``; placed on (committed to) ``device`` when one is given (a device, or a
+    batch-axis sharding under --devices).
 
     The training loop always passes its device: jit compiles again when an argument switches between
     committed and uncommitted placement, so everything a step sees is committed to the same device."""
@@ -105,15 +110,15 @@ def zero_carry(model: SentimentRNN, batch_size: int, device: jax.Device | None =
 # ---------------------------------------------------------------- batches
 
 
-def batch_to_device(batch: Batch, device: jax.Device | None = None) -> DeviceBatch:
+def batch_to_device(batch: Batch, device: Where | None = None) -> DeviceBatch:
     """A numpy :class:`common.batches.Batch` → ``{"tokens" (B, T) int32, "labels" (B,) float32,
     "lengths" (B,) int32}`` on ``device`` (default: JAX's default device)."""
     arrays = {"tokens": np.asarray(batch.tokens, np.int32), "labels": np.asarray(batch.labels, np.float32),
               "lengths": np.asarray(batch.lengths, np.int32)}
-    return {k: jax.device_put(v, device) for k, v in arrays.items()}
+    return {k: put(v, device) for k, v in arrays.items()}
 
 
-def padded_eval_batch(batch: Batch, batch_size: int, device: jax.Device | None = None) -> DeviceBatch:
+def padded_eval_batch(batch: Batch, batch_size: int, device: Where | None = None) -> DeviceBatch:
     """An evaluation batch padded up to ``batch_size`` rows, with ``"weights"`` (B,) 1 for real rows and 0
     for padding, so ``eval_step`` compiles once for every batch of a split."""
     n = batch.size
@@ -124,7 +129,7 @@ def padded_eval_batch(batch: Batch, batch_size: int, device: jax.Device | None =
 
     padded = Batch(grow(batch.tokens, 0), grow(batch.labels, 0), grow(batch.lengths, 1))
     out = batch_to_device(padded, device)
-    out["weights"] = jax.device_put(np.concatenate([np.ones(n, np.float32), np.zeros(pad, np.float32)]), device)
+    out["weights"] = put(np.concatenate([np.ones(n, np.float32), np.zeros(pad, np.float32)]), device)
     return out
 
 
@@ -191,7 +196,7 @@ def make_loss_fn(model: SentimentRNN, cfg: Config, *, truncate_chunks: bool = Tr
 
 
 def create_train_state(model: SentimentRNN, cfg: Config, neutral_params: dict[str, np.ndarray],
-                       device: jax.Device | None = None) -> TrainState:
+                       device: Where | None = None) -> TrainState:
     """The starting state from neutral parameters (common.params.init_params or a checkpoint): float32
     params (float64 under --dtype float64), a fresh optimizer state, step 0."""
     params = jax.device_put(to_flax(neutral_params, dtype=param_dtype_for(model.dtype)), device)
@@ -247,7 +252,7 @@ def make_eval_step(model: SentimentRNN, cfg: Config) -> Callable[[Any, DeviceBat
 
 
 def evaluate(eval_step: Callable, params: Any, split: EncodedSplit, batch_size: int,
-             device: jax.Device | None = None) -> tuple[float, float]:
+             device: Where | None = None) -> tuple[float, float]:
     """``(mean loss, accuracy)`` over every example of ``split`` (sums over examples, divided once)."""
     # Per-batch sums stay on the device until the end: one transfer, no sync per batch.
     sums = [eval_step(params, padded_eval_batch(b, batch_size, device)) for b in batches(split, batch_size)]
@@ -296,7 +301,11 @@ def _load_run(cfg: Config) -> tuple[Config, Any, dict[str, np.ndarray]]:
 
 def _train(cfg: Config, device: jax.Device) -> dict[str, Any]:
     cfg, data, neutral = _load_run(cfg)
-    if cfg.save_dir:
+    # --devices: batches and the carry are split over the devices along the batch axis, the rest replicated;
+    # on one device both placements are `device` itself.
+    place = placement(cfg, device)
+    is_main = is_main_process()  # the process that prints and writes files (always, on one host)
+    if cfg.save_dir and is_main:
         check_writable(Path(cfg.save_dir), "--save-dir")
     run_dir = checkpoint_root(cfg, "jax_impl") if cfg.checkpoint_every else None
     if run_dir is not None:
@@ -305,14 +314,15 @@ def _train(cfg: Config, device: jax.Device) -> dict[str, Any]:
     model = model_from_config(cfg, len(data.vocab))
     train_step = make_train_step(model, cfg)
     eval_step = make_eval_step(model, cfg)
-    base_key = jax.device_put(jax.random.key(cfg.seed), device)  # dropout: fold_in(base_key, step)
-    state = create_train_state(model, cfg, neutral, device)
-    carry = zero_carry(model, cfg.batch_size, device)
+    base_key = put_key(jax.random.key(cfg.seed), place.replicated)  # dropout: fold_in(base_key, step)
+    state = create_train_state(model, cfg, neutral, place.replicated)
+    carry = zero_carry(model, cfg.batch_size, place.data)
 
     progress = Progress(step=0, epoch=0, batch=0)
     if cfg.resume:
         progress, (state, carry), path = load_latest(
-            cfg.resume, lambda p: load_training_state(p, state, zero_carry(model, cfg.batch_size, device)), cfg=cfg)
+            cfg.resume, lambda p: load_training_state(p, state, zero_carry(model, cfg.batch_size, place.data)),
+            cfg=cfg)
         if int(state.step) != progress.step:
             raise CheckpointError(f"{path}: progress.json says step {progress.step}, the training state "
                                   f"{int(state.step)}")
@@ -327,37 +337,38 @@ def _train(cfg: Config, device: jax.Device) -> dict[str, Any]:
     settings = trajectory_settings(cfg)
     last_val: dict[str, float] | None = None  # {"step", "loss", "accuracy"} of the latest validation
     train_seconds = 0.0
-    metrics = MetricsLog(cfg.metrics_out, truncate_after=progress.step if cfg.resume else None)
+    metrics = MetricsLog(cfg.metrics_out if is_main else None, truncate_after=progress.step if cfg.resume else None)
 
     def validate() -> None:
         nonlocal last_val
-        loss, accuracy = evaluate(eval_step, state.params, data.val, cfg.batch_size, device)
+        loss, accuracy = evaluate(eval_step, state.params, data.val, cfg.batch_size, place.data)
         last_val = {"step": step, "loss": loss, "accuracy": accuracy}
-        metrics.write(step=step, split="val", loss=loss, accuracy=accuracy)
+        metrics.write(step=step, split="val", loss=loss, accuracy=accuracy, train_seconds=round(train_seconds, 4))
 
     def keep_if_best(epoch: int) -> None:
         """--save-dir: the weights of the best validation loss so far (epoch ends and the run's end)."""
         nonlocal best_val_loss
         if cfg.save_dir and (best_val_loss is None or last_val["loss"] < best_val_loss):
             best_val_loss = last_val["loss"]
-            save_checkpoint(cfg.save_dir, from_flax(state.params), cfg, data.vocab, data.tokenizer,
-                            meta={"framework": "jax", "jax": jax.__version__, "step": step, "epoch": epoch + 1,
-                                  "val_loss": last_val["loss"], "val_accuracy": last_val["accuracy"]})
+            if is_main:
+                save_checkpoint(cfg.save_dir, from_flax(state.params), cfg, data.vocab, data.tokenizer,
+                                meta={"framework": "jax", "jax": jax.__version__, "step": step, "epoch": epoch + 1,
+                                      "val_loss": last_val["loss"], "val_accuracy": last_val["accuracy"]})
 
-    with metrics, tqdm(total=total, initial=step, disable=not cfg.progress, desc="train", unit="step",
+    with metrics, tqdm(total=total, initial=step, disable=not (cfg.progress and is_main), desc="train", unit="step",
                        dynamic_ncols=True) as bar:
         for epoch in range(progress.epoch, cfg.epochs):
             if step >= total:
                 break
             start = progress.batch if epoch == progress.epoch else 0
             if start == 0:
-                carry = zero_carry(model, cfg.batch_size, device)  # zeros at the start of every epoch
+                carry = zero_carry(model, cfg.batch_size, place.data)  # zeros at the start of every epoch
             for i, batch in enumerate(batches(data.train, cfg.batch_size, shuffle_seed=cfg.seed, epoch=epoch,
                                               start=start), start=start):
                 if cfg.carry == "reset":
-                    carry = zero_carry(model, cfg.batch_size, device)
+                    carry = zero_carry(model, cfg.batch_size, place.data)
                 tic = time.perf_counter()
-                state, carry, step_metrics = train_step(state, carry, batch_to_device(batch, device), base_key)
+                state, carry, step_metrics = train_step(state, carry, batch_to_device(batch, place.data), base_key)
                 loss, finite = float(step_metrics.loss), bool(step_metrics.finite)  # the step's one host sync
                 train_seconds += time.perf_counter() - tic
                 step += 1
@@ -369,14 +380,15 @@ def _train(cfg: Config, device: jax.Device) -> dict[str, Any]:
                             f"training checkpoint (if any) is kept. Lower --lr, or pass --skip-nonfinite to skip "
                             f"such steps")
                     skipped += 1
-                metrics.write(step=step, epoch=epoch + 1, loss=loss if finite else None)
+                metrics.write(step=step, epoch=epoch + 1, loss=loss if finite else None, train_seconds=round(train_seconds, 4))
                 bar.update(1)
                 bar.set_postfix(loss=f"{loss:.4f}", refresh=False)
 
                 epoch_end, stop = i + 1 == per_epoch, step >= total
                 if cfg.log_every and step % cfg.log_every == 0:
                     validate()
-                    bar.write(log_line(epoch + 1, cfg.epochs, step, loss, last_val["loss"], last_val["accuracy"]))
+                    if is_main:
+                        bar.write(log_line(epoch + 1, cfg.epochs, step, loss, last_val["loss"], last_val["accuracy"]))
                 if epoch_end or stop:  # every epoch's end, and where --max-steps stops the run
                     if last_val is None or last_val["step"] != step:
                         validate()
@@ -394,24 +406,27 @@ def _train(cfg: Config, device: jax.Device) -> dict[str, Any]:
         # The test split scores the best validation weights when --save-dir keeps them, else the final ones.
         test_params = state.params
         if cfg.save_dir and best_val_loss is not None:
-            test_params = jax.device_put(to_flax(load_checkpoint(cfg.save_dir, cfg).params,
-                                                 dtype=param_dtype_for(model.dtype)), device)
-        test_loss, test_accuracy = evaluate(eval_step, test_params, data.test, cfg.batch_size, device)
-        metrics.write(step=step, split="test", loss=test_loss, accuracy=test_accuracy)
+            best = from_main_process(lambda: to_flax(load_checkpoint(cfg.save_dir, cfg).params,
+                                                     dtype=param_dtype_for(model.dtype)), like=state.params)
+            test_params = jax.device_put(best, place.replicated)
+        test_loss, test_accuracy = evaluate(eval_step, test_params, data.test, cfg.batch_size, place.data)
+        metrics.write(step=step, split="test", loss=test_loss, accuracy=test_accuracy, train_seconds=round(train_seconds, 4))
 
     result = {"test_loss": test_loss, "test_accuracy": test_accuracy, "val_loss": last_val["loss"],
               "val_accuracy": last_val["accuracy"], "best_val_loss": best_val_loss, "steps": step,
               "train_seconds": train_seconds, "skipped_steps": skipped, "framework": "jax",
-              "device": str(device), "dtype": cfg.dtype}
-    print(f"done: {step} steps ({skipped} skipped) in {train_seconds:.1f}s of training; "
-          f"val loss {result['val_loss']:.4f} acc {result['val_accuracy']:.4f}; "
-          f"test loss {test_loss:.4f} acc {test_accuracy:.4f}")
+              "device": place.describe(), "devices": place.devices, "dtype": cfg.dtype}
+    if is_main:
+        print(f"done: {step} steps ({skipped} skipped) in {train_seconds:.1f}s of training; "
+              f"val loss {result['val_loss']:.4f} acc {result['val_accuracy']:.4f}; "
+              f"test loss {test_loss:.4f} acc {test_accuracy:.4f}")
     return result
 
 
 @cli_main
 def main(argv: Sequence[str] | None = None) -> int:
     cfg = parse_config(argv, PROG, "Train the LSTM sentiment classifier with JAX/Flax.")
+    initialize_from_environment()  # several hosts (JAX_COORDINATOR_ADDRESS set): before any device is touched
     enable_x64_if_needed(cfg.dtype)  # before any array exists
     train(cfg)
     return 0

@@ -5,6 +5,9 @@
 The loop is the seed's: the hidden state starts at zeros each epoch, is carried from batch to batch and
 detached at the start of every batch (``repackage_hidden``); BCELoss on the sigmoid output, gradients
 clipped at ``--clip``, Adam. ``--no-detach`` reproduces the seed's famous error on purpose.
+
+Several devices: ``torchrun --nproc_per_node N -m torch_impl.train ...`` trains the same global batches with
+DistributedDataParallel, each process on its slice of every batch (:mod:`torch_impl.distributed`).
 """
 from __future__ import annotations
 
@@ -26,6 +29,8 @@ from common.data import EncodedSplit, prepare_data
 from common.errors import ConfigError, UserError, cli_main
 from common.metrics import MetricsLog, log_line
 from common.runstate import Progress, trajectory_settings, checkpoint_dirs, checkpoint_root, load_latest, write_checkpoint
+from torch_impl.distributed import (World, check_config, dropout_seed, join_process_group, leave_process_group,
+                                     world_from_environment, wrap)
 from torch_impl.model import Hidden, SentimentRNN, export_params, load_params, model_from_config
 from torch_impl.state import load_training_state, restore_training_state, save_training_state
 
@@ -67,7 +72,7 @@ def make_optimizer(model: nn.Module, cfg: Config) -> torch.optim.Adam:
 
 def _to_device(batch: Batch, model: nn.Module) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """``tokens`` (B, T) long and ``labels`` (B,) in the model's dtype on its device; ``lengths`` (B,) CPU."""
-    weight = model.fc.weight
+    weight = next(model.parameters())  # (the model may be wrapped in DDP, which has no .fc)
     tokens = torch.from_numpy(batch.tokens).to(weight.device).long()
     labels = torch.from_numpy(batch.labels).to(weight.device, weight.dtype)
     return tokens, labels, torch.from_numpy(batch.lengths)
@@ -149,13 +154,20 @@ def eval_step(model: SentimentRNN, batch: Batch, packed: bool = False) -> tuple[
     return float(loss_sum), int(correct)
 
 
-def evaluate(model: SentimentRNN, split: EncodedSplit, cfg: Config) -> tuple[float, float]:
-    """``(mean BCE, accuracy)`` over every example of ``split`` once."""
+def evaluate(model: SentimentRNN, split: EncodedSplit, cfg: Config, world: World | None = None) -> tuple[float, float]:
+    """``(mean BCE, accuracy)`` over every example of ``split`` once. Under torchrun (``world``) each rank
+    scores its share of every batch and the sums are added over ranks, so all ranks get the same numbers."""
     loss_sum, correct = 0.0, 0
     for batch in batches(split, cfg.batch_size):
+        if world is not None:
+            batch = world.part(batch)
+            if batch.size == 0:  # a last batch smaller than the number of ranks
+                continue
         batch_loss, batch_correct = eval_step(model, batch, packed=cfg.padding == "right")
         loss_sum += batch_loss
         correct += batch_correct
+    if world is not None:
+        loss_sum, correct = world.sum(loss_sum, correct)
     return loss_sum / len(split), correct / len(split)
 
 
@@ -184,8 +196,9 @@ def _no_detach_message(err: RuntimeError, step: int) -> str:
 
 
 def _checked_train_step(model: SentimentRNN, optimizer: torch.optim.Optimizer, hidden: Hidden, batch: Batch,
-                        cfg: Config, step: int) -> tuple[float, Hidden]:
-    """:func:`train_step` with the loss on the host, and PyTorch's errors that have a known cause explained."""
+                        cfg: Config, step: int, world: World | None = None) -> tuple[float, Hidden]:
+    """:func:`train_step` with the loss on the host, and PyTorch's errors that have a known cause explained.
+    Under torchrun the loss returned is the mean over ranks: the global batch's mean loss."""
     try:
         loss, hidden = train_step(model, optimizer, hidden, batch, cfg)
     except RuntimeError as err:
@@ -194,6 +207,8 @@ def _checked_train_step(model: SentimentRNN, optimizer: torch.optim.Optimizer, h
         if NONFINITE_OUTPUT_ERROR not in str(err):
             raise
         return math.nan, hidden  # BCELoss refused a NaN probability before anything changed: a non-finite step
+    if world is not None:
+        loss = world.mean(loss)
     return loss.item(), hidden
 
 
@@ -214,16 +229,30 @@ def _load_run(cfg: Config):
 
 
 def train(cfg: Config) -> dict[str, Any]:
-    """The full run; returns test/validation loss and accuracy, steps, train_seconds and skipped_steps."""
+    """The full run; returns test/validation loss and accuracy, steps, train_seconds and skipped_steps.
+    Started by torchrun with WORLD_SIZE > 1, it is one rank of a data-parallel run."""
+    world = world_from_environment()
+    check_config(cfg, world)
+    if world is None:
+        return _train(cfg, None)
+    join_process_group(world, resolve_device(cfg.device))
+    try:
+        return _train(cfg, world)
+    finally:
+        leave_process_group()
+
+
+def _train(cfg: Config, world: World | None) -> dict[str, Any]:
     cfg, data, model = _load_run(cfg)
     device = model.fc.weight.device
-    if cfg.save_dir:
+    is_main = world is None or world.is_main  # the process that prints and writes files
+    if cfg.save_dir and is_main:
         _check_writable(Path(cfg.save_dir), "--save-dir")
     run_dir = checkpoint_root(cfg, "torch_impl") if cfg.checkpoint_every else None
-    if run_dir is not None:
+    if run_dir is not None and is_main:
         _check_writable(run_dir, "training checkpoints:")
     optimizer = make_optimizer(model, cfg)
-    torch.manual_seed(cfg.seed)  # dropout's stream
+    torch.manual_seed(cfg.seed if world is None else dropout_seed(cfg.seed, world.rank))  # dropout's stream
 
     progress, last_val, hidden = Progress(step=0, epoch=0, batch=0), None, None
     if cfg.resume:
@@ -232,47 +261,58 @@ def train(cfg: Config) -> dict[str, Any]:
         progress, state, path = load_latest(cfg.resume, lambda p: load_training_state(p), cfg=cfg)
         hidden = restore_training_state(state, model, optimizer, device)
         last_val = state.scalars["last_val"]
-        print(f"resumed from {path} (step {progress.step}, epoch {progress.epoch + 1}, batch {progress.batch})",
-              file=sys.stderr)
-    elif run_dir is not None:
+        if world is not None:
+            hidden = world.part_hidden(hidden)  # the checkpoint holds the global carry
+            if not world.is_main:  # it holds rank 0's generator only
+                torch.manual_seed(dropout_seed(cfg.seed, world.rank, progress.step))
+        if is_main:
+            print(f"resumed from {path} (step {progress.step}, epoch {progress.epoch + 1}, batch {progress.batch})",
+                  file=sys.stderr)
+    elif run_dir is not None and is_main:
         print(f"training checkpoints: {run_dir} (continue a stopped run with --resume {run_dir})", file=sys.stderr)
+    # Under torchrun: the step trains through DDP, each rank on its rows of every batch (and their carry).
+    trained = model if world is None else wrap(model)
+    rows = cfg.batch_size if world is None else cfg.batch_size // world.size
 
     per_epoch = num_train_batches(len(data.train), cfg.batch_size)
     total = cfg.epochs * per_epoch if not cfg.max_steps else min(cfg.epochs * per_epoch, cfg.max_steps)
     step, skipped, best_val_loss = progress.step, progress.skipped, progress.best_val_loss
     settings = trajectory_settings(cfg)
     train_seconds = 0.0
-    metrics = MetricsLog(cfg.metrics_out, truncate_after=progress.step if cfg.resume else None)
+    metrics = MetricsLog(cfg.metrics_out if is_main else None, truncate_after=progress.step if cfg.resume else None)
 
     def validate() -> None:
         nonlocal last_val
-        val_loss, val_acc = evaluate(model, data.val, cfg)
+        val_loss, val_acc = evaluate(model, data.val, cfg, world)
         last_val = {"step": step, "loss": val_loss, "accuracy": val_acc}
-        metrics.write(step=step, split="val", loss=val_loss, accuracy=val_acc)
+        metrics.write(step=step, split="val", loss=val_loss, accuracy=val_acc, train_seconds=round(train_seconds, 4))
 
     def keep_if_best(epoch: int) -> None:
         """--save-dir: the weights of the best epoch-end validation loss so far."""
         nonlocal best_val_loss
         if cfg.save_dir and (best_val_loss is None or last_val["loss"] < best_val_loss):
             best_val_loss = last_val["loss"]
-            save_checkpoint(cfg.save_dir, export_params(model), cfg, data.vocab, data.tokenizer,
-                            meta={"framework": "torch", "torch": torch.__version__, "step": step,
-                                  "epoch": epoch + 1, "val_loss": last_val["loss"],
-                                  "val_accuracy": last_val["accuracy"]})
+            if is_main:
+                save_checkpoint(cfg.save_dir, export_params(model), cfg, data.vocab, data.tokenizer,
+                                meta={"framework": "torch", "torch": torch.__version__, "step": step,
+                                      "epoch": epoch + 1, "val_loss": last_val["loss"],
+                                      "val_accuracy": last_val["accuracy"], "devices": world.size if world else 1})
 
-    with metrics, tqdm(total=total, initial=step, disable=not cfg.progress, desc="train", unit="step",
+    with metrics, tqdm(total=total, initial=step, disable=not (cfg.progress and is_main), desc="train", unit="step",
                        dynamic_ncols=True) as bar:
         for epoch in range(progress.epoch, cfg.epochs):
             if step >= total:
                 break
             start = progress.batch if epoch == progress.epoch else 0
             if start == 0 or hidden is None:
-                hidden = model.init_hidden(cfg.batch_size)  # zeros at the start of every epoch
+                hidden = model.init_hidden(rows)  # zeros at the start of every epoch
             for i, batch in enumerate(batches(data.train, cfg.batch_size, shuffle_seed=cfg.seed, epoch=epoch,
                                               start=start), start=start):
+                if world is not None:
+                    batch = world.part(batch)  # this rank's contiguous rows of the global batch
                 step += 1
                 tic = time.perf_counter()
-                loss_value, hidden = _checked_train_step(model, optimizer, hidden, batch, cfg, step)
+                loss_value, hidden = _checked_train_step(trained, optimizer, hidden, batch, cfg, step, world)
                 train_seconds += time.perf_counter() - tic
                 if not math.isfinite(loss_value):
                     if not cfg.skip_nonfinite:
@@ -281,15 +321,16 @@ def train(cfg: Config) -> dict[str, Any]:
                             f"stopped, the last good training checkpoint (if any) is kept. Lower --lr, or pass "
                             f"--skip-nonfinite to skip such steps")
                     skipped += 1
-                metrics.write(step=step, epoch=epoch + 1, loss=loss_value if math.isfinite(loss_value) else None)
+                metrics.write(step=step, epoch=epoch + 1, loss=loss_value if math.isfinite(loss_value) else None, train_seconds=round(train_seconds, 4))
                 bar.update(1)
                 bar.set_postfix(loss=f"{loss_value:.4f}", refresh=False)
 
                 epoch_end, stop = i + 1 == per_epoch, step >= total
                 if cfg.log_every and step % cfg.log_every == 0:
                     validate()
-                    bar.write(log_line(epoch + 1, cfg.epochs, step, loss_value, last_val["loss"],
-                                       last_val["accuracy"]))
+                    if is_main:
+                        bar.write(log_line(epoch + 1, cfg.epochs, step, loss_value, last_val["loss"],
+                                           last_val["accuracy"]))
                 if epoch_end or stop:  # every epoch's end, and where --max-steps stops the run
                     if last_val is None or last_val["step"] != step:
                         validate()
@@ -297,24 +338,30 @@ def train(cfg: Config) -> dict[str, Any]:
                 if run_dir is not None and (step % cfg.checkpoint_every == 0 or epoch_end or stop):
                     after = Progress(step, epoch + 1, 0, skipped, best_val_loss, settings) if epoch_end else \
                         Progress(step, epoch, i + 1, skipped, best_val_loss, settings)
-                    write_checkpoint(run_dir, after, lambda d: save_training_state(
-                        d, model, optimizer, hidden, cfg, after, last_val), keep=cfg.keep_checkpoints)
+                    saved_hidden = hidden if world is None else world.gather_hidden(hidden)  # the global carry
+                    if is_main:
+                        write_checkpoint(run_dir, after, lambda d: save_training_state(
+                            d, model, optimizer, saved_hidden, cfg, after, last_val), keep=cfg.keep_checkpoints)
                 if stop:
                     break
         if last_val is None or last_val["step"] != step:
             validate()
 
-        if cfg.save_dir and best_val_loss is not None:
-            load_params(model, load_checkpoint(cfg.save_dir, cfg).params)  # test the best validation's weights
-        test_loss, test_acc = evaluate(model, data.test, cfg)
-        metrics.write(step=step, split="test", loss=test_loss, accuracy=test_acc)
+        if cfg.save_dir and best_val_loss is not None:  # test the best validation's weights
+            if is_main:
+                load_params(model, load_checkpoint(cfg.save_dir, cfg).params)
+            if world is not None:
+                world.broadcast_params(model)  # rank 0 read them
+        test_loss, test_acc = evaluate(model, data.test, cfg, world)
+        metrics.write(step=step, split="test", loss=test_loss, accuracy=test_acc, train_seconds=round(train_seconds, 4))
 
     result = {"test_loss": test_loss, "test_accuracy": test_acc, "val_loss": last_val["loss"],
               "val_accuracy": last_val["accuracy"], "best_val_loss": best_val_loss, "steps": step,
-              "train_seconds": train_seconds, "skipped_steps": skipped}
-    print(f"done: {step} steps ({skipped} skipped) in {train_seconds:.1f}s of training; "
-          f"val loss {result['val_loss']:.4f} acc {result['val_accuracy']:.4f}; "
-          f"test loss {test_loss:.4f} acc {test_acc:.4f}")
+              "train_seconds": train_seconds, "skipped_steps": skipped, "devices": world.size if world else 1}
+    if is_main:
+        print(f"done: {step} steps ({skipped} skipped) in {train_seconds:.1f}s of training; "
+              f"val loss {result['val_loss']:.4f} acc {result['val_accuracy']:.4f}; "
+              f"test loss {test_loss:.4f} acc {test_acc:.4f}")
     return result
 
 

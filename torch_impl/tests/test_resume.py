@@ -12,6 +12,7 @@ import torch
 from safetensors.torch import load_file
 
 from common.errors import ConfigError
+from common.metrics import read_metrics
 from common.runstate import checkpoint_dirs, load_latest
 from torch_impl import train as torch_train
 from torch_impl.state import CARRY_FILE, MODEL_FILE, OPTIMIZER_FILE, RNG_FILE, STATE_FILE, load_training_state
@@ -62,10 +63,10 @@ def test_resume_after_sigkill_is_bitwise_the_uninterrupted_run(tmp_path, tiny_cf
             assert torch.equal(a[key], b[key]), f"{name}: {key}"
     assert (full_dir / "best" / "model.safetensors").read_bytes() == (cut_dir / "best" / "model.safetensors").read_bytes()
     # The metrics file has every step once, no gap, and the same numbers.
-    full_lines = (full_dir / "metrics.jsonl").read_text().splitlines()
-    cut_lines = (cut_dir / "metrics.jsonl").read_text().splitlines()
-    assert cut_lines == full_lines
-    steps = [json.loads(line)["step"] for line in cut_lines if "epoch" in json.loads(line)]
+    full_records = read_metrics(full_dir / "metrics.jsonl", timing=False)
+    cut_records = read_metrics(cut_dir / "metrics.jsonl", timing=False)
+    assert cut_records == full_records
+    steps = [r["step"] for r in cut_records if "epoch" in r]
     assert steps == list(range(1, 24 * EPOCHS + 1))
 
 
@@ -143,7 +144,7 @@ def test_skip_nonfinite_skips_and_counts(tmp_path, monkeypatch, tiny_cfg):
     result = _short_run(tmp_path, monkeypatch, tiny_cfg, max_steps=6, skip_nonfinite=True,
                         metrics_out=str(metrics))
     assert result["steps"] == 6 and result["skipped_steps"] == 1
-    record = json.loads(metrics.read_text().splitlines()[2])
+    record = read_metrics(metrics, timing=False)[2]
     assert record == {"step": 3, "epoch": 1, "loss": None}  # null: the step was skipped
     adam = load_file(str(_only_run_dir(tmp_path) / "step-00000006" / OPTIMIZER_FILE))
     assert adam["fc.bias.step"].item() == 5  # five updates in six steps
