@@ -1,0 +1,85 @@
+"""The command line: bad flags fail in one line with status 2; --quick runs end to end in a subprocess."""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from benchmarks import bench, env
+
+REPO = Path(__file__).resolve().parents[2]
+BOTH = not env.missing_modules("torch") and not env.missing_modules("jax")
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--sweep", "nonexistent_field=1"], "no configuration field 'nonexistent_field'"),
+    (["--sweep", "batch_size=0"], "--batch-size must be > 0"),
+    (["--frameworks", "foo"], "unknown framework 'foo'"),
+    (["--variants", "torch:fast"], "unknown variant 'torch:fast'"),
+    (["--steps", "5"], "--steps must be >= 20"),
+    (["--hidden-dim", "0"], "--hidden-dim must be > 0"),
+    (["--device", "tpu"], "cpu or gpu"),
+    (["--threads", "0"], "--threads must be between 1"),
+    (["--no-such-flag"], "unrecognized arguments"),
+])
+def test_bad_flags_print_one_line_and_exit_2(argv, message, capsys, tmp_path):
+    out = tmp_path / "never"
+    assert bench.main([*argv, "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and message in err and err.count("\n") == 1
+    assert not out.exists()  # refused before anything ran or was written
+
+
+def test_bad_flag_exit_status_from_the_real_command_line():
+    proc = subprocess.run([sys.executable, "benchmarks/bench.py", "--frameworks", "foo"], cwd=REPO,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == ["error: --frameworks: unknown framework 'foo' (known: torch, jax)"]
+
+
+RESULT_KEYS = {"framework", "variant", "step", "config", "compile_s", "first_step_s", "step_s", "samples_per_s",
+               "tokens_per_s", "peak_mem_mb", "gflop_per_step", "achieved_gflop_s", "utilisation", "status"}
+
+
+@pytest.mark.slow
+def test_quick_run_writes_the_table_results_json_markdown_and_charts(tmp_path):
+    out = tmp_path / "bench"
+    proc = subprocess.run([sys.executable, "benchmarks/bench.py", "--quick", "--no-progress", "--out", str(out)],
+                          cwd=REPO, capture_output=True, text=True, timeout=170)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    header = next(line for line in proc.stdout.splitlines() if line.startswith("framework"))
+    assert header.split()[:3] == ["framework", "variant", "step"] and "parity over 5 training steps" in proc.stdout
+
+    doc = json.loads((out / "results.json").read_text(encoding="utf-8"))
+    assert {"environment", "gemm_peak_gflop_s", "parity", "results", "settings", "base_config"} <= doc.keys()
+    assert {"date", "cpu_model", "python", "versions"} <= doc["environment"].keys()
+    assert doc["gemm_peak_gflop_s"] > 0
+    rows = doc["results"]
+    assert rows and all(RESULT_KEYS <= r.keys() for r in rows)
+    main_rows = [r for r in rows if r["variant"] in ("eager", "jit")]
+    assert main_rows and all(r["status"] == "ok" for r in main_rows), [r["error"] for r in main_rows]
+    for r in main_rows:
+        assert set(r["step_s"]) == {"median", "p25", "p75"}
+        assert r["step_s"]["p25"] <= r["step_s"]["median"] <= r["step_s"]["p75"]
+        assert r["samples_per_s"] == pytest.approx(r["config"]["batch_size"] / r["step_s"]["median"], rel=1e-9)
+        assert r["peak_mem_mb"] > 0 and 0 < r["utilisation"] < 1.5
+
+    if BOTH:
+        parity = doc["parity"]
+        assert parity["status"] == "ok" and len(parity["losses"]["torch"]) == 5
+        # Same float32 weights and batches, dropout 0: the twins agree to rounding (observed 0 on CPU).
+        assert parity["max_abs_dloss"] < 1e-5
+
+    md = (out / "results.md").read_text(encoding="utf-8")
+    assert "| framework | variant | step |" in md and "## Parity" in md and "## Environment" in md
+    for chart in ("time_per_step.png", "parity_loss.png") if BOTH else ("time_per_step.png",):
+        assert (out / chart).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_missing_twin_is_named_and_skipped_by_default_but_refused_when_asked_for(monkeypatch, capsys):
+    monkeypatch.setattr(env, "missing_modules", lambda name: ["torch"] if name == "torch" else [])
+    assert bench.resolve_frameworks(None) == ["jax"]
+    assert "skipping the torch twin: torch not installed" in capsys.readouterr().err
+    with pytest.raises(bench.ConfigError, match="--frameworks torch: not installed"):
+        bench.resolve_frameworks("torch,jax")

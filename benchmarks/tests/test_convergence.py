@@ -1,0 +1,107 @@
+"""Convergence mode: curves and headline numbers from the twins' metrics, and the --quick run end to end."""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from benchmarks import bench, convergence, env
+from benchmarks.convergence import RunResult, aggregate, summarise_run
+
+REPO = Path(__file__).resolve().parents[2]
+BOTH = not env.missing_modules("torch") and not env.missing_modules("jax")
+
+
+def _records(step_seconds, val_every, accuracies, test_accuracy=0.9):
+    """A synthetic metrics file: steps taking ``step_seconds`` each, a validation every ``val_every`` steps."""
+    records, t = [], 0.0
+    for step, seconds in enumerate(step_seconds, start=1):
+        t += seconds
+        records.append({"step": step, "epoch": 1 + (step - 1) // 4, "loss": 1.0 / step, "train_seconds": t})
+        if step % val_every == 0:
+            records.append({"step": step, "split": "val", "loss": 0.5, "accuracy": accuracies[step // val_every - 1],
+                            "train_seconds": t})
+    records.append({"step": len(step_seconds), "split": "test", "loss": 0.3, "accuracy": test_accuracy,
+                    "train_seconds": t})
+    return records
+
+
+def test_first_step_beyond_an_ordinary_one_is_reported_as_compilation_and_excluded():
+    # 8 steps of 4 per epoch: the first takes 5 s (compilation), the others 1 s.
+    run = RunResult("jax", 0, _records([5.0] + [1.0] * 7, val_every=4, accuracies=[0.80, 0.86]), wall_s=20.0)
+    s = summarise_run(run, steps_per_epoch=4, target=0.85)
+    assert s["compile_s"] == pytest.approx(4.0) and s["median_step_s"] == pytest.approx(1.0)
+    assert [e["train_s"] for e in s["epochs"]] == pytest.approx([4.0, 8.0])  # 4 and 8 ordinary steps
+    assert [e["train_loss"] for e in s["epochs"]] == pytest.approx([(1 + 1 / 2 + 1 / 3 + 1 / 4) / 4,
+                                                                   (1 / 5 + 1 / 6 + 1 / 7 + 1 / 8) / 4])
+    assert (s["time_to_target_s"], s["steps_to_target"]) == (pytest.approx(8.0), 8)
+    assert s["test_accuracy"] == 0.9
+
+
+def test_a_target_never_reached_has_no_time_to_target():
+    run = RunResult("torch", 0, _records([1.0] * 8, val_every=4, accuracies=[0.5, 0.6]), wall_s=9.0)
+    assert summarise_run(run, steps_per_epoch=4, target=0.85)["time_to_target_s"] is None
+
+
+def test_twins_agree_when_their_accuracy_gap_is_within_one_standard_deviation():
+    runs = [{"framework": fw, "seed": seed, "test_accuracy": acc, "test_loss": 0.3, "train_s": 10.0,
+             "compile_s": 1.0, "time_to_target_s": 5.0}
+            for fw, seed, acc in (("torch", 0, 0.88), ("torch", 1, 0.86), ("jax", 0, 0.87), ("jax", 1, 0.885))]
+    summary = aggregate(runs, ["torch", "jax"])
+    assert summary["torch"]["test_accuracy_mean"] == pytest.approx(0.87)
+    assert summary["torch"]["test_accuracy_std"] == pytest.approx(0.0141421, rel=1e-4)  # sample std of 2 seeds
+    assert summary["agreement"]["test_accuracy_gap"] == pytest.approx(0.0075)
+    assert summary["agreement"]["within_one_std"] is True
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--mode", "convergence", "--seeds", "a,b"], "--seeds takes a comma list of integers"),
+    (["--mode", "convergence", "--seeds", "1,1"], "--seeds takes distinct non-negative integers"),
+    (["--mode", "fast"], "invalid choice: 'fast'"),
+    (["--devices", "0,2"], "--devices takes positive device counts"),
+])
+def test_bad_convergence_and_scaling_flags_print_one_line_and_exit_2(argv, message, capsys, tmp_path):
+    assert bench.main([*argv, "--out", str(tmp_path / "never")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and message in err and err.count("\n") == 1
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not BOTH, reason="needs both twins installed")
+def test_quick_convergence_run_writes_curves_tables_and_results(tmp_path):
+    out = tmp_path / "conv"
+    proc = subprocess.run([sys.executable, "benchmarks/bench.py", "--mode", "convergence", "--quick", "--no-progress",
+                           "--seeds", "0", "--log-every", "16", "--out", str(out)],
+                          cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "| twin | seed | test loss | test acc |" in proc.stdout
+    doc = json.loads((out / "results.json").read_text(encoding="utf-8"))
+    assert doc["mode"] == "convergence" and doc["frameworks"] == ["torch", "jax"]
+    assert doc["split_sizes"]["train"] == int(convergence.QUICK_MAX_TEXTS * 0.8) or doc["split_sizes"]["train"] > 0
+    for run in doc["runs"]:
+        assert len(run["epochs"]) == convergence.QUICK_CONFIG["epochs"]
+        assert 0.0 <= run["test_accuracy"] <= 1.0 and run["compile_s"] >= 0.0
+        assert len(run["val_curve"]) > len(run["epochs"])  # mid-epoch validations (--log-every) are on the curve
+    assert {"test_accuracy_mean", "test_accuracy_std"} <= doc["summary"]["jax"].keys()
+    assert [b["model"] for b in doc["baselines"]] == ["tfidf-char12 + logistic regression",
+                                                      "tfidf-char12 + multinomial naive Bayes"]
+    assert (out / "results.md").read_text(encoding="utf-8").startswith("# Convergence")
+    assert (out / "convergence.png").stat().st_size > 10_000
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not BOTH, reason="needs both twins installed")
+def test_quick_run_with_device_counts_adds_a_scaling_table(tmp_path):
+    out = tmp_path / "scale"
+    proc = subprocess.run([sys.executable, "benchmarks/bench.py", "--quick", "--no-progress", "--devices", "1,2",
+                           "--variants", "torch:eager,jax:jit", "--parity-steps", "0", "--out", str(out)],
+                          cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "## Data-parallel scaling" in proc.stdout and "measures the overhead" in proc.stdout
+    doc = json.loads((out / "results.json").read_text(encoding="utf-8"))
+    rows = {(r["framework"], r["devices"]): r for r in doc["scaling"]}
+    assert set(rows) == {("torch", 1), ("torch", 2), ("jax", 1), ("jax", 2)}
+    assert all(r["status"] == "ok" and r["samples_per_s"] > 0 for r in rows.values()), rows
+    assert rows[("jax", 1)]["efficiency"] == pytest.approx(1.0)
+    assert (out / "scaling.png").exists()
