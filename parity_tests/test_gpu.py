@@ -1,0 +1,88 @@
+"""Issue 5.11: the forward check (5.2) and the 200-step trajectories (5.5) on a GPU, with TF32 off on both
+sides (PyTorch: ``allow_tf32 = False`` for matmuls and cuDNN; JAX: default matmul precision "highest", on top
+of the twin's own ``Precision.HIGHEST``), so both compute in full float32 and the CPU tolerances apply.
+
+Skipped, with the reason, unless both PyTorch and JAX see a CUDA GPU.
+"""
+from __future__ import annotations
+
+import jax
+import numpy as np
+import pytest
+import torch
+
+from common.batches import Batch
+from jax_impl.loss import sigmoid
+from parity_tests import report
+from parity_tests.configs import TRAJECTORY_MODES, TRAJECTORY_STEPS
+from parity_tests.conftest import nonzero_carry
+from parity_tests.test_forward import CASES, FORWARD_TOL
+from parity_tests.test_trajectories import LOSS_TOL
+from parity_tests.twins import (flax_params, jax_carry, jax_twin, stacked_from_jax, stacked_from_torch,
+                                torch_hidden, torch_inputs, torch_trajectory, torch_twin, zeros_stacked)
+
+JAX_GPUS = [d for d in jax.devices() if d.platform == "gpu"]
+TORCH_GPU = torch.cuda.is_available()
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not (TORCH_GPU and JAX_GPUS),
+                       reason=f"needs a CUDA GPU seen by both PyTorch (torch.cuda.is_available() is {TORCH_GPU}, "
+                              f"torch {torch.__version__}) and JAX (its devices here: "
+                              f"{sorted({d.platform for d in jax.devices()})})"),
+]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def full_float32():
+    """TF32 off for the module (and restored after): both twins then do full float32 matmuls."""
+    before = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    with jax.default_matmul_precision("highest"):
+        yield
+    torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = before
+
+
+@pytest.fixture(scope="module")
+def gpu_twins(seed_setup):
+    cfg = seed_setup.cfg
+    torch_model = torch_twin(cfg, seed_setup.neutral, seed_setup.vocab_size, device="cuda").eval()
+    model = jax_twin(cfg, seed_setup.vocab_size)
+    apply = jax.jit(lambda p, tokens, carry, lengths: model.apply({"params": p}, tokens, carry, lengths))
+    return torch_model, apply, flax_params(seed_setup.neutral, JAX_GPUS[0])
+
+
+@pytest.mark.parametrize("padding,start,steps", CASES, ids=[f"{p}-{s}-T{t}" for p, s, t in CASES])
+def test_gpu_forward_probabilities_and_final_states_agree(seed_setup, gpu_twins, padding, start, steps):
+    torch_model, apply, params = gpu_twins
+    cfg, batch, device = seed_setup.cfg, seed_setup.batch(padding), JAX_GPUS[0]
+    if steps < batch.tokens.shape[1]:
+        batch = Batch(batch.tokens[:, -steps:], batch.labels, np.minimum(batch.lengths, steps))
+    carry0 = zeros_stacked(cfg, batch.size) if start == "zero" else nonzero_carry(cfg.layers, batch.size,
+                                                                                  cfg.hidden_dim)
+    tokens, _, lengths = torch_inputs(batch, device="cuda")
+    with torch.no_grad():
+        probs_t, hidden_t = torch_model(tokens, torch_hidden(carry0, device="cuda"),
+                                        lengths if padding == "right" else None)
+    logits_j, carry_j = apply(params, jax.device_put(batch.tokens, device), jax_carry(carry0, device),
+                              jax.device_put(batch.lengths, device) if padding == "right" else None)
+
+    label = f"GPU forward {padding} T{steps}, {'zero' if start == 'zero' else 'non-zero'} carry"
+    report.within(f"{label}: P(positive)", report.max_abs_diff(probs_t.cpu().numpy(), sigmoid(logits_j)),
+                  FORWARD_TOL)
+    (h_t, c_t), (h_j, c_j) = stacked_from_torch(hidden_t), stacked_from_jax(carry_j)
+    for k in range(cfg.layers):
+        diff = max(report.max_abs_diff(h_t[k], h_j[k]), report.max_abs_diff(c_t[k], c_j[k]))
+        report.within(f"{label}: layer {k} final (h, c)", diff, FORWARD_TOL)
+
+
+@pytest.mark.parametrize("mode", list(TRAJECTORY_MODES))
+def test_gpu_training_trajectories_agree_for_200_steps(trajectory_setup, jax_trainer, mode):
+    cfg = trajectory_setup.cfg.replace(**TRAJECTORY_MODES[mode])
+    data = trajectory_setup.data(cfg)
+    losses_t = np.array(torch_trajectory(cfg, data, trajectory_setup.neutral, TRAJECTORY_STEPS, device="cuda"))
+    losses_j = np.array(jax_trainer(cfg).trajectory(data, trajectory_setup.neutral, TRAJECTORY_STEPS,
+                                                    device=JAX_GPUS[0]))
+    report.within(f"GPU {TRAJECTORY_STEPS} steps {mode}: max per-step |loss diff|",
+                  np.abs(losses_t - losses_j).max(), LOSS_TOL)
