@@ -11,7 +11,6 @@ checksum), so every file is hashed when written and checked before Orbax reads i
 """
 from __future__ import annotations
 
-import hashlib
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +20,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 
 from common.errors import CheckpointError
+from common.files import file_sha256
 
 STATE_DIR = "train_state"
 DIGEST_FILE = "train_state.sha256"
@@ -28,14 +28,6 @@ DIGEST_FILE = "train_state.sha256"
 
 def _payload(state: Any, carry: Any) -> dict[str, Any]:
     return {"params": state.params, "opt_state": state.opt_state, "step": state.step, "carry": carry}
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def _files_under(root: Path) -> list[Path]:
@@ -48,7 +40,7 @@ def save_training_state(directory: str | Path, state: Any, carry: Any) -> None:
     directory = Path(directory).absolute()  # Orbax accepts only absolute paths
     with ocp.Checkpointer(ocp.StandardCheckpointHandler()) as checkpointer:
         checkpointer.save(directory / STATE_DIR, args=ocp.args.StandardSave(_payload(state, carry)))
-    lines = [f"{_sha256(p)}  {p.stat().st_size}  {p.relative_to(directory).as_posix()}"
+    lines = [f"{file_sha256(p)}  {p.stat().st_size}  {p.relative_to(directory).as_posix()}"
              for p in _files_under(directory / STATE_DIR)]
     (directory / DIGEST_FILE).write_text("\n".join(lines) + "\n", encoding="utf-8")
 
@@ -77,7 +69,7 @@ def verify_files(directory: Path) -> None:
             raise CheckpointError(f"{path}: missing")
         if path.stat().st_size != size:
             raise CheckpointError(f"{path}: {path.stat().st_size} bytes, expected {size} (truncated or damaged)")
-        if _sha256(path) != sha:
+        if file_sha256(path) != sha:
             raise CheckpointError(f"{path}: contents differ from when it was written (damaged)")
     for name in found:
         if name not in expected:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import math
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -29,9 +28,10 @@ from common.checkpoint import load_checkpoint, save_checkpoint
 from common.config import Config, parse_config
 from common.data import EncodedSplit, prepare_data
 from common.errors import CheckpointError, ConfigError, UserError, cli_main
+from common.files import check_writable
 from common.metrics import MetricsLog, log_line
 from common.params import init_params
-from common.runstate import Progress, trajectory_settings, checkpoint_root, load_latest, write_checkpoint
+from common.runstate import Progress, checkpoint_root, load_latest, trajectory_settings, write_checkpoint
 from jax_impl.convert import from_flax, to_flax
 from jax_impl.distributed import (Where, from_main_process, initialize_from_environment, is_main_process, placement,
                                   put, put_key)
@@ -265,19 +265,6 @@ def evaluate(eval_step: Callable, params: Any, split: EncodedSplit, batch_size: 
 
 
 # ---------------------------------------------------------------- the training loop
-
-
-def check_writable(directory: Path, what: str) -> None:
-    """Fail before training, in one line, rather than after the first epoch."""
-    if directory.exists() and not directory.is_dir():
-        raise ConfigError(f"{what} {directory}: exists and is not a directory")
-    parent = directory if directory.is_dir() else directory.parent
-    try:
-        parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryFile(dir=parent):
-            pass
-    except OSError as err:
-        raise ConfigError(f"{what} {directory}: cannot write there ({err.strerror})") from None
 
 
 def train(cfg: Config) -> dict[str, Any]:

@@ -25,6 +25,7 @@ import torch
 from torch import nn
 
 from common.errors import CheckpointError
+from common.files import file_sha256
 from common.runstate import Progress, read_progress
 
 FORMAT = "lstm-twins/torch-training-state"
@@ -47,14 +48,6 @@ class TrainingState:
 
 def _digest(obj: Any) -> str:
     return hashlib.sha256(json.dumps(obj, sort_keys=True).encode("utf-8")).hexdigest()
-
-
-def _file_sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def _cpu(t: torch.Tensor) -> torch.Tensor:
@@ -84,7 +77,7 @@ def save_training_state(directory: Path, model: nn.Module, optimizer: torch.opti
     for file_name, content in tensors.items():
         path = directory / file_name
         save_file(content, str(path))
-        files[file_name] = {"bytes": path.stat().st_size, "sha256": _file_sha256(path)}
+        files[file_name] = {"bytes": path.stat().st_size, "sha256": file_sha256(path)}
     group = optimizer.param_groups[0]
     scalars = {"format": FORMAT, "version": VERSION, "torch": torch.__version__, "config": cfg.to_dict(),
                "progress": asdict(progress), "last_val": last_val, "device": str(hidden[0].device),
@@ -119,7 +112,7 @@ def _read_tensors(path: Path, expected: dict[str, Any]) -> dict[str, torch.Tenso
     size = path.stat().st_size
     if size != expected["bytes"]:
         raise CheckpointError(f"{path}: truncated or altered ({size} bytes, {expected['bytes']} written)")
-    if _file_sha256(path) != expected["sha256"]:
+    if file_sha256(path) != expected["sha256"]:
         raise CheckpointError(f"{path}: corrupt (SHA-256 differs from the one recorded in {STATE_FILE})")
     try:
         return load_file(str(path))

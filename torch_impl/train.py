@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import math
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any, Sequence
@@ -27,8 +26,10 @@ from common.checkpoint import load_checkpoint, save_checkpoint
 from common.config import Config, parse_config
 from common.data import EncodedSplit, prepare_data
 from common.errors import ConfigError, UserError, cli_main
+from common.files import check_writable
 from common.metrics import MetricsLog, log_line
-from common.runstate import Progress, trajectory_settings, checkpoint_dirs, checkpoint_root, load_latest, write_checkpoint
+from common.runstate import (Progress, checkpoint_dirs, checkpoint_root, load_latest, trajectory_settings,
+                             write_checkpoint)
 from torch_impl.distributed import (World, check_config, dropout_seed, join_process_group, leave_process_group,
                                      world_from_environment, wrap)
 from torch_impl.model import Hidden, SentimentRNN, export_params, load_params, model_from_config
@@ -174,19 +175,6 @@ def evaluate(model: SentimentRNN, split: EncodedSplit, cfg: Config, world: World
 # ---------------------------------------------------------------- the loop
 
 
-def _check_writable(directory: Path, what: str) -> None:
-    """Fail before training, in one line, rather than after the first epoch."""
-    if directory.exists() and not directory.is_dir():
-        raise ConfigError(f"{what} {directory}: exists and is not a directory")
-    parent = directory if directory.is_dir() else directory.parent
-    try:
-        parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryFile(dir=parent):
-            pass
-    except OSError as err:
-        raise ConfigError(f"{what} {directory}: cannot write there ({err.strerror})") from None
-
-
 def _no_detach_message(err: RuntimeError, step: int) -> str:
     pytorch_says = str(err).split(". ")[0].strip()
     return (f"step {step}: PyTorch: \"{pytorch_says}.\" This is the seed's bug, reproduced on purpose by "
@@ -247,10 +235,10 @@ def _train(cfg: Config, world: World | None) -> dict[str, Any]:
     device = model.fc.weight.device
     is_main = world is None or world.is_main  # the process that prints and writes files
     if cfg.save_dir and is_main:
-        _check_writable(Path(cfg.save_dir), "--save-dir")
+        check_writable(Path(cfg.save_dir), "--save-dir")
     run_dir = checkpoint_root(cfg, "torch_impl") if cfg.checkpoint_every else None
     if run_dir is not None and is_main:
-        _check_writable(run_dir, "training checkpoints:")
+        check_writable(run_dir, "training checkpoints:")
     optimizer = make_optimizer(model, cfg)
     torch.manual_seed(cfg.seed if world is None else dropout_seed(cfg.seed, world.rank))  # dropout's stream
 
