@@ -30,13 +30,16 @@ def _import():
 
 
 def unroll_of(variant: str) -> int | None:
-    """``'jit'`` → None (the model's default); ``'unroll-8'`` → 8."""
+    """``'jit'`` → None (the model as the trainer builds it: the fast recurrence); ``'scan'`` → 1 and
+    ``'unroll-8'`` → 8 (the reference ``nn.RNN`` scan path, its loop unrolled that many steps)."""
     if variant == "jit":
         return None
+    if variant == "scan":
+        return 1
     k = variant[len("unroll-"):]
     if variant.startswith("unroll-") and k.isdigit() and int(k) > 0:
         return int(k)
-    raise ConfigError(f"unknown JAX variant {variant!r} (known: jit, unroll-K with K >= 1)")
+    raise ConfigError(f"unknown JAX variant {variant!r} (known: jit, scan, unroll-K with K >= 1)")
 
 
 def setup(device: str, threads: int, allow_tf32: bool) -> dict:
@@ -61,7 +64,7 @@ def _model(cfg, vocab_size: int, unroll: int | None):
     if unroll is not None:
         if "unroll" not in {f.name for f in dataclasses.fields(jmodel.SentimentRNN)}:
             raise ConfigError("unavailable: jax_impl.model.SentimentRNN has no 'unroll' field")
-        model = model.clone(unroll=unroll)
+        model = model.clone(unroll=unroll, fused=False)  # the reference nn.RNN scan path
     return model
 
 

@@ -126,6 +126,7 @@ class SentimentRNN(nn.Module):
     fc_dropout: float = 0.3
     dtype: Any = jnp.float32
     unroll: int = 1
+    fused: bool = False
 
     @nn.compact
     def __call__(self, tokens: Array, carry: Carry, lengths: Array | None = None, train: bool = False
@@ -133,26 +134,55 @@ class SentimentRNN(nn.Module):
         if len(carry) != self.layers:
             raise ValueError(f"carry has {len(carry)} layers, the model {self.layers}")
         pdtype = param_dtype_for(self.dtype)
-        xs = nn.Embed(self.vocab_size, self.embed_dim, dtype=self.dtype, param_dtype=pdtype,
-                      name="embedding")(tokens)  # (B, T, E)
-        new_carry = []
-        for k in range(self.layers):
-            if k > 0:
-                xs = nn.Dropout(self.dropout, deterministic=not train)(xs)
-            xs, layer_carry = LSTMLayer(self.hidden_dim, self.dtype, self.unroll, name=f"lstm_l{k}")(
-                xs, carry[k], lengths)
-            new_carry.append(layer_carry)
+        if self.fused and not self.is_initializing():
+            new_carry = self._fused_layers(tokens, carry, lengths, train)
+        else:
+            xs = nn.Embed(self.vocab_size, self.embed_dim, dtype=self.dtype, param_dtype=pdtype,
+                          name="embedding")(tokens)  # (B, T, E)
+            new_carry = []
+            for k in range(self.layers):
+                if k > 0:
+                    xs = nn.Dropout(self.dropout, deterministic=not train)(xs)
+                xs, layer_carry = LSTMLayer(self.hidden_dim, self.dtype, self.unroll, name=f"lstm_l{k}")(
+                    xs, carry[k], lengths)
+                new_carry.append(layer_carry)
         top_h = new_carry[-1][0]  # (B, H): the last step's output, or each text's last token with lengths
         top_h = nn.Dropout(self.fc_dropout, deterministic=not train)(top_h)
         logits = nn.Dense(1, dtype=self.dtype, param_dtype=pdtype, precision=PRECISION, name="fc")(top_h)
         return logits[:, 0].astype(pdtype), tuple(new_carry)
 
 
+    def _fused_layers(self, tokens: Array, carry: Carry, lengths: Array | None, train: bool) -> Carry:
+        """The embedding and the LSTM layers through :func:`jax_impl.recurrence.embedding_lstm_stack`: the same
+        function, from the same parameters, computed faster on a CPU (hand-written gradients, a two-layer
+        wavefront, the embedding folded into layer 0's input projection; benchmarks/PERFORMANCE.md).
+        Dropout between layers: one (T, B, H) mask per layer boundary, 0 or 1/(1-p), from the 'dropout' rng."""
+        from jax_impl.recurrence import embedding_lstm_stack
+
+        params = self.variables["params"]
+        layer_params = []
+        for k in range(self.layers):
+            ih, hh = params[f"lstm_l{k}"]["ih"], params[f"lstm_l{k}"]["recurrence"]["cell"]["hh"]
+            layer_params.append((ih["kernel"].T, hh["kernel"].T, ih["bias"], hh["bias"]))  # PyTorch's layout
+        table = params["embedding"]["embedding"]  # (V, E)
+        masks = None
+        if train and self.dropout > 0 and self.layers > 1:
+            keep = 1.0 - self.dropout
+            shape = (tokens.shape[1], tokens.shape[0], self.hidden_dim)  # (T, B, H), time-major
+            keys = jax.random.split(self.make_rng("dropout"), self.layers - 1)
+            masks = [jax.random.bernoulli(key, keep, shape).astype(table.dtype) / keep for key in keys]
+        _, new_carry = embedding_lstm_stack(table, tokens.T, layer_params, carry, lengths, masks,
+                                            return_outputs=False)
+        return tuple(tuple(layer) for layer in new_carry)
+
+
 def model_from_config(cfg, vocab_size: int) -> SentimentRNN:
     """The model a :class:`common.config.Config` describes (compute dtype from ``cfg.dtype``)."""
+    # The fast recurrence (jax_impl.recurrence) is the default path; bfloat16 keeps the scan, whose mixed
+    # precision (float32 parameters and carry, bfloat16 gates) the fast path does not implement.
     return SentimentRNN(vocab_size=vocab_size, embed_dim=cfg.embed_dim, hidden_dim=cfg.hidden_dim,
                         layers=cfg.layers, dropout=cfg.dropout, fc_dropout=cfg.fc_dropout,
-                        dtype=compute_dtype(cfg.dtype))
+                        dtype=compute_dtype(cfg.dtype), fused=cfg.dtype != "bfloat16")
 
 
 def compute_dtype(name: str) -> Any:

@@ -21,7 +21,7 @@ def test_parse_sweep_refuses_bad_specs(spec):
 def test_select_variants_default_all_and_named():
     both = ["torch", "jax"]
     assert [v.label for v in plan.select_variants("default", both)] == ["torch:eager", "torch:compile", "jax:jit",
-                                                                           "jax:unroll-4"]
+                                                                           "jax:scan"]
     assert len(plan.select_variants("all", both)) == len(plan.VARIANTS)
     assert [v.label for v in plan.select_variants("jit,torch:eager", both)] == ["jax:jit", "torch:eager"]
     with pytest.raises(ConfigError, match="unknown variant"):
@@ -41,7 +41,7 @@ def test_make_jobs_runs_parity_in_main_variants_and_skips_the_base_point_of_a_sw
     sweeps = (plan.Sweep("hidden_dim", (128, 256)),)  # 256 is the base: measured by the base run
     variants = plan.select_variants("default", ["torch", "jax"])
     jobs = plan.make_jobs(cfg, variants, ["torch", "jax"], _settings(sweeps=sweeps))
-    assert [j.label for j in jobs] == ["torch:eager", "torch:compile", "jax:jit", "jax:unroll-4",
+    assert [j.label for j in jobs] == ["torch:eager", "torch:compile", "jax:jit", "jax:scan",
                                        "torch:eager hidden_dim=128", "jax:jit hidden_dim=128"]
     assert [j.parity_steps > 0 for j in jobs] == [True, False, True, False, False, False]
     assert all(j.gemm for j in jobs)  # every job measures the peak; the run keeps the best
