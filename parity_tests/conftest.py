@@ -107,9 +107,9 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
 
 
 @dataclass(frozen=True)
-class SeedSetup:
-    """The seed's configuration on the real corpus: left- and right-padded encodings of the same split,
-    the shared initial parameters, and the first two training batches of epoch 0 in each layout."""
+class CorpusSetup:
+    """A configuration on the real corpus: left- and right-padded encodings of the same split, the shared
+    initial parameters, and the training batches of epoch 0 in each layout."""
 
     cfg: Config
     left: Dataset
@@ -127,14 +127,20 @@ class SeedSetup:
             next(it)
         return next(it)
 
+    def data(self, cfg: Config) -> Dataset:
+        return self.right if cfg.padding == "right" else self.left
+
+    @classmethod
+    def build(cls, cfg: Config) -> "CorpusSetup":
+        left = prepare_data(cfg)
+        right = prepare_data(cfg.replace(padding="right"))
+        neutral = init_params(len(left.vocab), cfg.embed_dim, cfg.hidden_dim, cfg.layers, seed=cfg.seed)
+        return cls(cfg, left, right, neutral)
+
 
 @pytest.fixture(scope="session")
-def seed_setup() -> SeedSetup:
-    left = prepare_data(SEED_CFG)
-    right = prepare_data(SEED_CFG.replace(padding="right"))
-    neutral = init_params(len(left.vocab), SEED_CFG.embed_dim, SEED_CFG.hidden_dim, SEED_CFG.layers,
-                          seed=SEED_CFG.seed)
-    return SeedSetup(SEED_CFG, left, right, neutral)
+def seed_setup() -> CorpusSetup:
+    return CorpusSetup.build(SEED_CFG)
 
 
 def nonzero_carry(layers: int, batch: int, hidden: int, seed: int = 1) -> tuple[np.ndarray, np.ndarray]:
@@ -183,28 +189,9 @@ def small_config(corpus: tuple[Path, Path], **changes) -> Config:
 # ---------------------------------------------------------------- the trajectory configuration
 
 
-@dataclass(frozen=True)
-class TrajectorySetup:
-    cfg: Config
-    left: Dataset
-    right: Dataset
-    neutral: Params
-
-    @property
-    def vocab_size(self) -> int:
-        return len(self.left.vocab)
-
-    def data(self, cfg: Config) -> Dataset:
-        return self.right if cfg.padding == "right" else self.left
-
-
 @pytest.fixture(scope="session")
-def trajectory_setup() -> TrajectorySetup:
-    cfg = TRAJECTORY_CFG
-    left = prepare_data(cfg)
-    right = prepare_data(cfg.replace(padding="right"))
-    neutral = init_params(len(left.vocab), cfg.embed_dim, cfg.hidden_dim, cfg.layers, seed=cfg.seed)
-    return TrajectorySetup(cfg, left, right, neutral)
+def trajectory_setup() -> CorpusSetup:
+    return CorpusSetup.build(TRAJECTORY_CFG)
 
 
 @pytest.fixture(scope="session")
