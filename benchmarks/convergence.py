@@ -12,7 +12,6 @@ numbers in context.
 """
 from __future__ import annotations
 
-import json
 import os
 import statistics
 import subprocess
@@ -25,6 +24,7 @@ from typing import Any, Sequence
 from common.config import Config, to_argv
 from common.data import prepare_data
 from common.errors import ConfigError
+from common.metrics import evaluations, read_metrics
 
 TWIN_MODULES = {"torch": "torch_impl.train", "jax": "jax_impl.train"}
 QUICK_CONFIG = dict(embed_dim=16, hidden_dim=16, seq_len=40, epochs=2, max_steps=0)
@@ -42,7 +42,7 @@ class RunResult:
     wall_s: float  # the whole subprocess, data loading and evaluation included
 
     def of(self, split: str) -> list[dict[str, Any]]:
-        return [r for r in self.records if r.get("split") == split]
+        return evaluations(self.records, split)
 
     @property
     def steps(self) -> list[dict[str, Any]]:
@@ -75,8 +75,7 @@ def run_twin(framework: str, cfg: Config, seed: int, out: Path, eval_every: int,
     if proc.returncode != 0:
         last = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
         raise ConfigError(f"the {framework} run (seed {seed}) failed: {last}")
-    records = [json.loads(line) for line in metrics.read_text(encoding="utf-8").splitlines() if line.strip()]
-    return RunResult(framework, seed, records, wall)
+    return RunResult(framework, seed, read_metrics(metrics), wall)
 
 
 def summarise_run(run: RunResult, steps_per_epoch: int, target: float) -> dict[str, Any]:
@@ -145,14 +144,14 @@ def classical_baselines(cfg: Config) -> list[dict[str, Any]]:
     data = prepare_data(cfg)
     vectorizer = TfidfVectorizer(analyzer="char", ngram_range=(1, 2), min_df=2, sublinear_tf=True)
     x_train = vectorizer.fit_transform(data.train.texts)
-    x_test = vectorizer.transform(data.test.texts)
+    x_val, x_test = vectorizer.transform(data.val.texts), vectorizer.transform(data.test.texts)
     rows = []
     for name, model in (("tfidf-char12 + logistic regression", LogisticRegression(C=4.0, max_iter=2000)),
                         ("tfidf-char12 + multinomial naive Bayes", MultinomialNB(alpha=0.1))):
         tic = time.perf_counter()
         model.fit(x_train, data.train.labels)
-        rows.append({"model": name, "test_accuracy": float(model.score(x_test, data.test.labels)),
-                     "fit_s": time.perf_counter() - tic})
+        rows.append({"model": name, "val_accuracy": float(model.score(x_val, data.val.labels)),
+                     "test_accuracy": float(model.score(x_test, data.test.labels)), "fit_s": time.perf_counter() - tic})
     return rows
 
 
@@ -227,8 +226,9 @@ def markdown_tables(doc: dict[str, Any]) -> str:
                       f"within one standard deviation: {verdict}."]
     if doc["baselines"]:
         lines += ["", "Classical baselines on the same split (context, not twins):", "",
-                  "| model | test acc |", "|---|---|"]
-        lines += [f"| {b['model']} | {b['test_accuracy']:.4f} |" for b in doc["baselines"]]
+                  "| model | val acc | test acc |", "|---|---|---|"]
+        lines += [f"| {b['model']} | {_fmt(b.get('val_accuracy'), '.4f')} | {b['test_accuracy']:.4f} |"
+                  for b in doc["baselines"]]
     return "\n".join(lines)
 
 

@@ -75,3 +75,17 @@ def read_metrics(path: str | Path, timing: bool = True) -> list[dict[str, Any]]:
     if not timing:
         records = [{k: v for k, v in r.items() if k not in TIMING_FIELDS} for r in records]
     return records
+
+
+def step_losses(records: list[dict[str, Any]]) -> list[float | None]:
+    """The training losses of a run's records, in step order (``None`` for a skipped non-finite step).
+    A metrics file whose training steps are not 1, 2, 3, ... (a gap or a duplicate) is a ``ValueError``."""
+    steps = [r for r in records if "split" not in r]
+    if [r["step"] for r in steps] != list(range(1, len(steps) + 1)):
+        raise ValueError("the training steps of the metrics records are not 1, 2, 3, ...")
+    return [r["loss"] for r in steps]
+
+
+def evaluations(records: list[dict[str, Any]], split: str | None = None) -> list[dict[str, Any]]:
+    """The evaluation records (``{"step", "split", "loss", "accuracy", ...}``), of one split or of all."""
+    return [r for r in records if "split" in r and (split is None or r["split"] == split)]

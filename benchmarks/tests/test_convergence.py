@@ -86,6 +86,7 @@ def test_quick_convergence_run_writes_curves_tables_and_results(tmp_path):
     assert {"test_accuracy_mean", "test_accuracy_std"} <= doc["summary"]["jax"].keys()
     assert [b["model"] for b in doc["baselines"]] == ["tfidf-char12 + logistic regression",
                                                       "tfidf-char12 + multinomial naive Bayes"]
+    assert all(0.5 < b["val_accuracy"] <= 1.0 and 0.5 < b["test_accuracy"] <= 1.0 for b in doc["baselines"])
     assert (out / "results.md").read_text(encoding="utf-8").startswith("# Convergence")
     assert (out / "convergence.png").stat().st_size > 10_000
 

@@ -3,7 +3,9 @@ from __future__ import annotations
 
 import json
 
-from common.metrics import MetricsLog, log_line
+import pytest
+
+from common.metrics import MetricsLog, evaluations, log_line, read_metrics, step_losses
 
 
 def _records(path):
@@ -55,3 +57,38 @@ def test_metrics_log_without_a_path_writes_nothing(tmp_path):
 def test_log_line_is_the_notebooks_with_validation_accuracy():
     assert log_line(2, 4, 100, 0.123456789, 0.5, 0.8125) == (
         "Epoch: 2/4... Step: 100... Loss: 0.123457... Val Loss: 0.500000... Val Acc: 0.8125")
+
+
+def _run(tmp_path, steps):
+    path = tmp_path / "m.jsonl"
+    with MetricsLog(path) as log:
+        for step in steps:
+            log.write(step=step, epoch=1, loss=step / 10, train_seconds=step * 0.5)
+            if step % 2 == 0:
+                log.write(step=step, split="val", loss=0.3, accuracy=0.8, train_seconds=step * 0.5)
+        log.write(step=steps[-1], split="test", loss=0.35, accuracy=0.79, train_seconds=steps[-1] * 0.5)
+    return read_metrics(path)
+
+
+def test_step_losses_are_the_training_records_in_step_order(tmp_path):
+    assert step_losses(_run(tmp_path, [1, 2, 3, 4])) == [0.1, 0.2, 0.3, 0.4]
+
+
+def test_step_losses_refuse_a_gap_or_a_duplicated_step(tmp_path):
+    with pytest.raises(ValueError, match="not 1, 2, 3"):
+        step_losses(_run(tmp_path, [1, 2, 4]))
+    with pytest.raises(ValueError, match="not 1, 2, 3"):
+        step_losses(_run(tmp_path, [1, 2, 2, 3]))
+
+
+def test_evaluations_select_one_split_or_all(tmp_path):
+    records = _run(tmp_path, [1, 2, 3, 4])
+    assert [(r["step"], r["split"]) for r in evaluations(records)] == [(2, "val"), (4, "val"), (4, "test")]
+    assert [r["accuracy"] for r in evaluations(records, "test")] == [0.79]
+
+
+def test_read_metrics_without_timing_drops_the_wall_clock_fields(tmp_path):
+    records = _run(tmp_path, [1, 2])
+    path = tmp_path / "m.jsonl"
+    assert records[0]["train_seconds"] == 0.5
+    assert all("train_seconds" not in r for r in read_metrics(path, timing=False))

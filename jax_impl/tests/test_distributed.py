@@ -20,6 +20,7 @@ import pytest
 
 from common.config import Config
 from common.errors import ConfigError
+from common.metrics import evaluations as metric_evaluations, read_metrics, step_losses
 from jax_impl.distributed import placement
 from jax_impl.tests.conftest import write_corpus
 
@@ -54,16 +55,12 @@ print(json.dumps(out))
 
 def losses(path: Path) -> np.ndarray:
     """Per-step training losses of a metrics JSONL file, in step order."""
-    records = [json.loads(line) for line in path.read_text().splitlines()]
-    steps = [r for r in records if "epoch" in r]
-    assert [r["step"] for r in steps] == list(range(1, len(steps) + 1))
-    return np.array([r["loss"] for r in steps], np.float64)
+    return np.array(step_losses(read_metrics(path)), np.float64)
 
 
 def evaluations(path: Path) -> np.ndarray:
     """(loss, accuracy) of every validation and test record."""
-    records = [json.loads(line) for line in path.read_text().splitlines()]
-    return np.array([(r["loss"], r["accuracy"]) for r in records if "split" in r], np.float64)
+    return np.array([(r["loss"], r["accuracy"]) for r in metric_evaluations(read_metrics(path))], np.float64)
 
 
 @pytest.fixture(scope="module")

@@ -7,7 +7,6 @@ dropout 0 (each rank draws its own dropout masks, so with dropout the runs diffe
 """
 from __future__ import annotations
 
-import json
 import os
 import socket
 import subprocess
@@ -22,6 +21,7 @@ from safetensors.numpy import load_file
 from common.batches import Batch
 from common.config import Config, parse_config
 from common.errors import ConfigError
+from common.metrics import evaluations as metric_evaluations, read_metrics, step_losses
 from torch_impl.distributed import World, check_config, dropout_seed
 from torch_impl.tests.conftest import ROOT, write_corpus
 from torch_impl.train import train
@@ -44,16 +44,12 @@ def run_flags(pos: Path, neg: Path, out: Path) -> list[str]:
 
 def losses(path: Path) -> np.ndarray:
     """Per-step training losses of a metrics JSONL file, in step order."""
-    records = [json.loads(line) for line in path.read_text().splitlines()]
-    steps = [r for r in records if "epoch" in r]
-    assert [r["step"] for r in steps] == list(range(1, len(steps) + 1))
-    return np.array([r["loss"] for r in steps], np.float64)
+    return np.array(step_losses(read_metrics(path)), np.float64)
 
 
 def evaluations(path: Path) -> np.ndarray:
     """(loss, accuracy) of every validation and test record."""
-    records = [json.loads(line) for line in path.read_text().splitlines()]
-    return np.array([(r["loss"], r["accuracy"]) for r in records if "split" in r], np.float64)
+    return np.array([(r["loss"], r["accuracy"]) for r in metric_evaluations(read_metrics(path))], np.float64)
 
 
 def free_port() -> int:
