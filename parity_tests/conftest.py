@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import random
 import subprocess
 import sys
 import tempfile
@@ -23,6 +22,8 @@ from common.batches import Batch, batches
 from common.config import Config
 from common.data import Dataset, prepare_data
 from common.params import Params, init_params
+from jax_impl.tests.conftest import NEUTRAL
+from jax_impl.tests.conftest import write_corpus as write_jax_test_corpus
 from parity_tests import report
 from parity_tests.configs import SEED_CFG, TRAJECTORY_CFG
 
@@ -154,23 +155,13 @@ def nonzero_carry(layers: int, batch: int, hidden: int, seed: int = 1) -> tuple[
 
 # ---------------------------------------------------------------- a small corpus written in code
 
-POSITIVE = "good great happy love excellent fine nice wonderful best superb".split()
-NEGATIVE = "bad awful sad hate terrible poor ugly worst boring dull".split()
-NEUTRAL = "the a movie book it was and very is this plot story".split()
+# The JAX twin's test corpus with two more neutral words and the label in each text's tag.
+SMALL_CORPUS_NEUTRAL = (*NEUTRAL, "plot", "story")
 
 
 def write_corpus(folder: Path, per_class: int = 80, seed: int = 0) -> tuple[Path, Path]:
     """pos.txt and neg.txt: ``per_class`` distinct texts each, 3 to 16 words (some beyond seq_len 12)."""
-    rng = random.Random(seed)
-    folder.mkdir(parents=True, exist_ok=True)
-    paths = []
-    for name, words in (("pos", POSITIVE), ("neg", NEGATIVE)):
-        texts = [f"{name}{i} " + " ".join(rng.choice(words + NEUTRAL) for _ in range(rng.randint(3, 16)))
-                 for i in range(per_class)]
-        path = folder / f"{name}.txt"
-        path.write_text("\n".join(texts) + "\n", encoding="utf-8")
-        paths.append(path)
-    return paths[0], paths[1]
+    return write_jax_test_corpus(folder, per_class, seed, neutral=SMALL_CORPUS_NEUTRAL, label_in_tag=True)
 
 
 @pytest.fixture(scope="session")

@@ -1,15 +1,10 @@
 """The command line: bad flags fail in one line with status 2; --quick runs end to end in a subprocess."""
 import json
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
 from benchmarks import bench, env
-
-REPO = Path(__file__).resolve().parents[2]
-BOTH = not env.missing_modules("torch") and not env.missing_modules("jax")
+from benchmarks.tests.command import BOTH, run_bench
 
 
 @pytest.mark.parametrize("argv, message", [
@@ -32,8 +27,7 @@ def test_bad_flags_print_one_line_and_exit_2(argv, message, capsys, tmp_path):
 
 
 def test_bad_flag_exit_status_from_the_real_command_line():
-    proc = subprocess.run([sys.executable, "benchmarks/bench.py", "--frameworks", "foo"], cwd=REPO,
-                          capture_output=True, text=True, timeout=60)
+    proc = run_bench("--frameworks", "foo", timeout=60)
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == ["error: --frameworks: unknown framework 'foo' (known: torch, jax)"]
 
@@ -45,8 +39,7 @@ RESULT_KEYS = {"framework", "variant", "step", "config", "compile_s", "first_ste
 @pytest.mark.slow
 def test_quick_run_writes_the_table_results_json_markdown_and_charts(tmp_path):
     out = tmp_path / "bench"
-    proc = subprocess.run([sys.executable, "benchmarks/bench.py", "--quick", "--no-progress", "--out", str(out)],
-                          cwd=REPO, capture_output=True, text=True, timeout=170)
+    proc = run_bench("--quick", "--no-progress", "--out", str(out), timeout=170)
     assert proc.returncode == 0, proc.stderr[-3000:]
     header = next(line for line in proc.stdout.splitlines() if line.startswith("framework"))
     assert header.split()[:3] == ["framework", "variant", "step"] and "parity over 5 training steps" in proc.stdout

@@ -1,16 +1,11 @@
 """Convergence mode: curves and headline numbers from the twins' metrics, and the --quick run end to end."""
 import json
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
-from benchmarks import bench, convergence, env
+from benchmarks import bench, convergence
 from benchmarks.convergence import RunResult, aggregate, summarise_run
-
-REPO = Path(__file__).resolve().parents[2]
-BOTH = not env.missing_modules("torch") and not env.missing_modules("jax")
+from benchmarks.tests.command import BOTH, run_bench
 
 
 def _records(step_seconds, val_every, accuracies, test_accuracy=0.9):
@@ -71,9 +66,8 @@ def test_bad_convergence_and_scaling_flags_print_one_line_and_exit_2(argv, messa
 @pytest.mark.skipif(not BOTH, reason="needs both twins installed")
 def test_quick_convergence_run_writes_curves_tables_and_results(tmp_path):
     out = tmp_path / "conv"
-    proc = subprocess.run([sys.executable, "benchmarks/bench.py", "--mode", "convergence", "--quick", "--no-progress",
-                           "--seeds", "0", "--log-every", "16", "--out", str(out)],
-                          cwd=REPO, capture_output=True, text=True, timeout=300)
+    proc = run_bench("--mode", "convergence", "--quick", "--no-progress", "--seeds", "0", "--log-every", "16",
+                     "--out", str(out), timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "| twin | seed | test loss | test acc |" in proc.stdout
     doc = json.loads((out / "results.json").read_text(encoding="utf-8"))
@@ -95,9 +89,8 @@ def test_quick_convergence_run_writes_curves_tables_and_results(tmp_path):
 @pytest.mark.skipif(not BOTH, reason="needs both twins installed")
 def test_quick_run_with_device_counts_adds_a_scaling_table(tmp_path):
     out = tmp_path / "scale"
-    proc = subprocess.run([sys.executable, "benchmarks/bench.py", "--quick", "--no-progress", "--devices", "1,2",
-                           "--variants", "torch:eager,jax:jit", "--parity-steps", "0", "--out", str(out)],
-                          cwd=REPO, capture_output=True, text=True, timeout=300)
+    proc = run_bench("--quick", "--no-progress", "--devices", "1,2", "--variants", "torch:eager,jax:jit",
+                     "--parity-steps", "0", "--out", str(out), timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "## Data-parallel scaling" in proc.stdout and "measures the overhead" in proc.stdout
     doc = json.loads((out / "results.json").read_text(encoding="utf-8"))

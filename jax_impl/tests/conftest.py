@@ -6,7 +6,7 @@ import os
 import random
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import jax
 import numpy as np
@@ -23,14 +23,17 @@ NEGATIVE = "bad awful sad hate terrible poor ugly worst boring dull".split()
 NEUTRAL = "the a movie book it was and very is this".split()
 
 
-def write_corpus(folder: Path, per_class: int = 65, seed: int = 0) -> tuple[Path, Path]:
+def write_corpus(folder: Path, per_class: int = 65, seed: int = 0, neutral: Sequence[str] = NEUTRAL,
+                 label_in_tag: bool = False) -> tuple[Path, Path]:
     """pos.txt and neg.txt: ``per_class`` distinct short texts each (3 to 16 words, some longer than
-    seq_len 12 so truncation is exercised)."""
+    seq_len 12 so truncation is exercised), each led by a unique tag (``7``, or ``pos7`` with ``label_in_tag``)
+    and drawn from its class's sentiment words and ``neutral``. Also the parity suite's small corpus."""
     rng = random.Random(seed)
     folder.mkdir(parents=True, exist_ok=True)
     paths = []
     for name, words in (("pos", POSITIVE), ("neg", NEGATIVE)):
-        texts = [f"{i} " + " ".join(rng.choice(words + NEUTRAL) for _ in range(rng.randint(3, 16)))
+        tag = name if label_in_tag else ""
+        texts = [f"{tag}{i} " + " ".join(rng.choice(words + list(neutral)) for _ in range(rng.randint(3, 16)))
                  for i in range(per_class)]
         path = folder / f"{name}.txt"
         path.write_text("\n".join(texts) + "\n", encoding="utf-8")
