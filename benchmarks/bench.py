@@ -23,13 +23,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script 
 
 from benchmarks import convergence, env, plan, plots, report, scaling  # noqa: E402
 from benchmarks.launch import run_jobs  # noqa: E402
-from common.config import Config, config_from_namespace, make_parser  # noqa: E402
+from common.config import Config, config_from_namespace, field_names, make_parser  # noqa: E402
 from common.errors import ConfigError, cli_main  # noqa: E402
 
 # Config fields that mean nothing to a benchmark (checkpoints, run length). `--epochs` and `--log-every`
-# (validation every N steps) serve the convergence mode; `--devices` is the bench's own list.
-EXCLUDED_FIELDS = ("max_steps", "init_from", "save_dir", "metrics_out", "checkpoint_every", "checkpoint_dir",
-                   "resume", "keep_checkpoints", "skip_nonfinite", "devices")
+# (validation every N steps) serve the convergence mode; its scaling list is `--device-counts`.
+EXCLUDED_FIELDS = (*field_names("files"), "max_steps", "skip_nonfinite", "devices")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -38,7 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--mode", choices=("speed", "convergence"), default="speed",
                    help="speed: time the steps (default); convergence: train both twins to the end and compare "
                         "learning curves, time-to-accuracy and test accuracy")
-    b.add_argument("--devices", dest="device_counts", default=None, metavar="N1,N2,...",
+    b.add_argument("--device-counts", default=None, metavar="N1,N2,...",
                    help="speed mode: also measure data-parallel scaling at these device counts (JAX: simulated "
                         "CPU devices; torch: gloo processes)")
     c = parser.add_argument_group("convergence mode")
@@ -129,9 +128,9 @@ def parse_device_counts(spec: str | None) -> list[int]:
     try:
         counts = [int(x) for x in spec.split(",") if x.strip()]
     except ValueError:
-        raise ConfigError(f"--devices takes a comma list of device counts, got {spec!r}") from None
+        raise ConfigError(f"--device-counts takes a comma list of device counts, got {spec!r}") from None
     if not counts or any(n < 1 for n in counts):
-        raise ConfigError(f"--devices takes positive device counts, got {spec!r}")
+        raise ConfigError(f"--device-counts takes positive device counts, got {spec!r}")
     return sorted(set(counts))
 
 

@@ -21,17 +21,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
-from common.config import Config, to_argv
+from common.config import Config, field_names, to_argv
 from common.data import prepare_data
 from common.errors import ConfigError
-from common.metrics import evaluations, read_metrics
+from common.metrics import evaluations, read_metrics, training_steps
 
 TWIN_MODULES = {"torch": "torch_impl.train", "jax": "jax_impl.train"}
 QUICK_CONFIG = dict(embed_dim=16, hidden_dim=16, seq_len=40, epochs=2, max_steps=0)
 QUICK_MAX_TEXTS = 2000  # --quick trains on a slice of the corpus (see quick_corpus)
-# Flags the convergence runner sets itself on every run.
-RUNNER_FIELDS = ("seed", "metrics_out", "save_dir", "log_every", "progress", "checkpoint_every", "resume",
-                 "checkpoint_dir", "init_from", "max_steps")
+# Flags the convergence runner sets itself on every run (the files group: it writes only the metrics log).
+RUNNER_FIELDS = (*field_names("files"), "seed", "log_every", "progress", "max_steps")
 
 
 @dataclass(frozen=True)
@@ -46,7 +45,7 @@ class RunResult:
 
     @property
     def steps(self) -> list[dict[str, Any]]:
-        return [r for r in self.records if "split" not in r]
+        return training_steps(self.records)
 
 
 def parse_seeds(spec: str) -> list[int]:

@@ -25,7 +25,7 @@ from common.errors import ConfigError
 
 def _import():
     import jax  # noqa: F401  (imported here so the bench runs without JAX when it is not asked for)
-    from jax_impl import model as jmodel, train as jtrain
+    from jax_impl import model as jmodel, step as jtrain
     return jax, jmodel, jtrain
 
 
@@ -49,7 +49,7 @@ def setup(device: str, threads: int, allow_tf32: bool) -> dict:
     pins itself to ``threads`` CPUs before importing JAX (jax has no direct setting)."""
     jax, jmodel, jtrain = _import()
     jax.config.update("jax_default_matmul_precision", "tensorfloat32" if allow_tf32 else "highest")
-    dev = jtrain.select_device(device)  # ConfigError when JAX cannot see that platform
+    dev = jtrain.resolve_device(device)  # ConfigError when JAX cannot see that platform
     affinity = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     return {"device": "cuda" if dev.platform == "gpu" else dev.platform,
             "device_name": dev.device_kind if dev.platform != "cpu" else "cpu", "jax_device": dev,
@@ -64,7 +64,7 @@ def _model(cfg, vocab_size: int, unroll: int | None):
     if unroll is not None:
         if "unroll" not in {f.name for f in dataclasses.fields(jmodel.SentimentRNN)}:
             raise ConfigError("unavailable: jax_impl.model.SentimentRNN has no 'unroll' field")
-        model = model.clone(unroll=unroll, fused=False)  # the reference nn.RNN scan path
+        model = model.clone(unroll=unroll, lstm_impl="scan")  # the reference nn.RNN scan path
     return model
 
 
@@ -73,7 +73,7 @@ def run_variant(cfg, wl: Workload, info: dict, variant: str, *, warmup: int, ste
     """Time ``phases`` (inference first: its peak memory is read before training raises it)."""
     jax, _, jtrain = _import()
     device = info["jax_device"]
-    jtrain.enable_x64_if_needed(cfg.dtype)
+    jtrain.resolve_dtype(cfg.dtype)
     with jax.default_device(device):
         return _run(jax, jtrain, cfg, wl, device, variant, warmup=warmup, steps=steps, block=block, phases=phases)
 

@@ -29,7 +29,7 @@ VARIANTS = ("eager", "compile", "compile-rnn", "compile-step")
 
 def _import():
     import torch  # noqa: F401  (imported here so the bench runs without PyTorch when it is not asked for)
-    from torch_impl import model as tmodel, train as ttrain
+    from torch_impl import model as tmodel, step as ttrain
     return torch, tmodel, ttrain
 
 

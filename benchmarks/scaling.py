@@ -170,11 +170,11 @@ def _time_jax(cfg: Config, steps: int, warmup: int) -> dict:
     from common.params import init_params
     from jax_impl.distributed import placement
     from jax_impl.model import model_from_config
-    from jax_impl.train import (batch_to_device, create_train_state, enable_x64_if_needed, make_train_step,
-                                select_device, zero_carry)
+    from jax_impl.step import (batch_to_device, create_train_state, make_train_step, resolve_device, resolve_dtype,
+                               zero_carry)
 
-    enable_x64_if_needed(cfg.dtype)
-    device = select_device(cfg.device)
+    resolve_dtype(cfg.dtype)
+    device = resolve_device(cfg.device)
     data, train_batches = _training_batches(cfg, warmup + steps)
     place = placement(cfg, device)
     model = model_from_config(cfg, len(data.vocab))
@@ -198,7 +198,7 @@ def _time_torch(cfg: Config, steps: int, warmup: int) -> dict | None:
 
     from torch_impl.distributed import join_process_group, leave_process_group, world_from_environment, wrap
     from torch_impl.model import model_from_config
-    from torch_impl.train import make_optimizer, resolve_device, resolve_dtype, train_step
+    from torch_impl.step import make_optimizer, resolve_device, resolve_dtype, train_step
 
     world = world_from_environment()
     device = resolve_device(cfg.device)

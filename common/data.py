@@ -6,7 +6,6 @@ split as TSV files so anyone can check it.
 from __future__ import annotations
 
 import csv
-import dataclasses
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,7 +13,7 @@ from typing import Sequence
 
 import numpy as np
 
-from common.config import Config, config_from_namespace, make_parser
+from common.config import Config, config_from_namespace, field_names, make_parser
 from common.corpus import load_corpus
 from common.errors import DataError, cli_main
 from common.text import Vocab, build_vocab, choose_tokenizer, encode, tokenize
@@ -162,13 +161,9 @@ def export_split(data: Dataset, out: Path) -> list[Path]:
     return paths
 
 
-_DATA_FIELDS = {"data", "pos", "neg", "text_column", "label_column", "tokenizer", "min_freq", "max_vocab",
-                "seq_len", "padding", "split_seed"}
-
-
 @cli_main
 def main(argv: Sequence[str] | None = None) -> int:
-    exclude = [f.name for f in dataclasses.fields(Config) if f.name not in _DATA_FIELDS]
+    exclude = [name for name in field_names() if name not in field_names("data")]
     parser = make_parser("python -m common.data", "Describe or export the cleaned, split corpus.", exclude)
     parser.add_argument("command", choices=("summary", "export"))
     parser.add_argument("--out", help="export: directory for train.tsv, val.tsv, test.tsv")

@@ -16,8 +16,9 @@ def log_line(epoch: int, epochs: int, step: int, loss: float, val_loss: float, v
 
 
 class MetricsLog:
-    """JSON lines: ``{"step", "epoch", "loss"}`` per training step and ``{"step", "split", "loss",
-    "accuracy"}`` per evaluation. Flushed per record so a killed run keeps what it logged.
+    """JSON lines: ``{"step": 0, "run": {...}}`` first (what ran: framework, device, dtype, lstm_impl, ...),
+    then ``{"step", "epoch", "loss"}`` per training step and ``{"step", "split", "loss", "accuracy"}`` per
+    evaluation. Flushed per record so a killed run keeps what it logged.
 
     ``truncate_after`` (resume): records with ``step`` beyond it are dropped first, so a resumed run's file
     has no gap and no duplicated step.
@@ -77,10 +78,15 @@ def read_metrics(path: str | Path, timing: bool = True) -> list[dict[str, Any]]:
     return records
 
 
+def training_steps(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The per-step records (``{"step", "epoch", "loss", "train_seconds"}``), without the header and evaluations."""
+    return [r for r in records if "epoch" in r]
+
+
 def step_losses(records: list[dict[str, Any]]) -> list[float | None]:
     """The training losses of a run's records, in step order (``None`` for a skipped non-finite step).
     A metrics file whose training steps are not 1, 2, 3, ... (a gap or a duplicate) is a ``ValueError``."""
-    steps = [r for r in records if "split" not in r]
+    steps = training_steps(records)
     if [r["step"] for r in steps] != list(range(1, len(steps) + 1)):
         raise ValueError("the training steps of the metrics records are not 1, 2, 3, ...")
     return [r["loss"] for r in steps]

@@ -1,29 +1,23 @@
-"""Neutral parameters (PyTorch state-dict names and layouts) ⇄ the Flax params pytree. Transposes only.
+"""Neutral parameters (PyTorch state-dict names and layouts) ⇄ the Flax params pytree.
 
-    embedding.weight      (V, E)    ↔ embedding/embedding                 (V, E)
-    lstm.weight_ih_l{k}   (4H, D)   ↔ lstm_l{k}/ih/kernel                 (D, 4H)   transposed
-    lstm.bias_ih_l{k}     (4H,)     ↔ lstm_l{k}/ih/bias                   (4H,)
-    lstm.weight_hh_l{k}   (4H, H)   ↔ lstm_l{k}/recurrence/cell/hh/kernel (H, 4H)   transposed
-    lstm.bias_hh_l{k}     (4H,)     ↔ lstm_l{k}/recurrence/cell/hh/bias   (4H,)
-    fc.weight             (1, H)    ↔ fc/kernel                           (H, 1)    transposed
-    fc.bias               (1,)      ↔ fc/bias                             (1,)
+    embedding.weight      (V, E)    ↔ embedding/embedding      (V, E)
+    lstm.<name>           any       ↔ lstm/<name>              the same array (LSTMStack declares PyTorch's
+                                                               weight_ih_l{k}, weight_hh_l{k}, bias_ih_l{k},
+                                                               bias_hh_l{k} itself)
+    fc.weight             (1, H)    ↔ fc/kernel                (H, 1)    transposed
+    fc.bias               (1,)      ↔ fc/bias                  (1,)
 
-Gate order (i, f, g, o) is the same on both sides, so rows need no reordering. ``from_flax(to_flax(p))``
-is bitwise ``p``. The carry converts too: a tuple of L pairs ``(h, c)`` ⇄ PyTorch's ``(h, c)`` stacks (L, B, H).
+``from_flax(to_flax(p))`` is bitwise ``p``. The carry converts too: a tuple of L pairs ``(h, c)`` ⇄
+PyTorch's ``(h, c)`` stacks (L, B, H).
 """
 from __future__ import annotations
 
-import re
 from typing import Any
 
 import numpy as np
 
 Neutral = dict[str, np.ndarray]
 FlaxParams = dict[str, Any]
-
-
-def num_layers(neutral: Neutral) -> int:
-    return len([name for name in neutral if re.fullmatch(r"lstm\.weight_ih_l\d+", name)])
 
 
 def to_flax(neutral: Neutral, dtype: Any = None) -> FlaxParams:
@@ -34,15 +28,9 @@ def to_flax(neutral: Neutral, dtype: Any = None) -> FlaxParams:
         arr = arr.T if transpose else arr
         return np.array(arr, dtype=dtype or arr.dtype, order="C")  # a contiguous copy
 
-    params: FlaxParams = {"embedding": {"embedding": take("embedding.weight")}}
-    for k in range(num_layers(neutral)):
-        params[f"lstm_l{k}"] = {
-            "ih": {"kernel": take(f"lstm.weight_ih_l{k}", True), "bias": take(f"lstm.bias_ih_l{k}")},
-            "recurrence": {"cell": {"hh": {"kernel": take(f"lstm.weight_hh_l{k}", True),
-                                           "bias": take(f"lstm.bias_hh_l{k}")}}},
-        }
-    params["fc"] = {"kernel": take("fc.weight", True), "bias": take("fc.bias")}
-    return params
+    lstm = {name[len("lstm."):]: take(name) for name in neutral if name.startswith("lstm.")}
+    return {"embedding": {"embedding": take("embedding.weight")}, "lstm": lstm,
+            "fc": {"kernel": take("fc.weight", True), "bias": take("fc.bias")}}
 
 
 def from_flax(params: FlaxParams) -> Neutral:
@@ -53,15 +41,12 @@ def from_flax(params: FlaxParams) -> Neutral:
         arr = np.asarray(arr)
         return np.array(arr.T if transpose else arr, dtype=np.float32, order="C")
 
-    layers = len([name for name in params if re.fullmatch(r"lstm_l\d+", name)])
+    lstm = params["lstm"]
+    layers = sum(1 for name in lstm if name.startswith("weight_ih_l"))
     neutral: Neutral = {"embedding.weight": put(params["embedding"]["embedding"])}
     for k in range(layers):
-        layer = params[f"lstm_l{k}"]
-        hh = layer["recurrence"]["cell"]["hh"]
-        neutral[f"lstm.weight_ih_l{k}"] = put(layer["ih"]["kernel"], True)
-        neutral[f"lstm.weight_hh_l{k}"] = put(hh["kernel"], True)
-        neutral[f"lstm.bias_ih_l{k}"] = put(layer["ih"]["bias"])
-        neutral[f"lstm.bias_hh_l{k}"] = put(hh["bias"])
+        for name in ("weight_ih", "weight_hh", "bias_ih", "bias_hh"):
+            neutral[f"lstm.{name}_l{k}"] = put(lstm[f"{name}_l{k}"])
     neutral["fc.weight"] = put(params["fc"]["kernel"], True)
     neutral["fc.bias"] = put(params["fc"]["bias"])
     return neutral

@@ -59,5 +59,6 @@ bce_loss.defvjp(_bce_forward, _bce_backward)
 
 
 def predictions(logits: jax.Array) -> jax.Array:
-    """(B,) 0/1 labels the way the seed computes them: ``round(sigmoid(z))`` (0.5 rounds to even, i.e. 0)."""
-    return jnp.round(sigmoid(logits))
+    """(B,) 0/1 labels by the project's one rule (``common.predict.is_positive``): 1 iff sigmoid(z) > 0.5, which
+    is the seed's ``round(sigmoid(z))`` (0.5 rounds to even, 0)."""
+    return (sigmoid(logits) > 0.5).astype(logits.dtype)

@@ -1,27 +1,37 @@
-"""The seed's sentiment classifier in Flax linen: Embed → L LSTM layers → dropout → Dense(1).
+"""The seed's sentiment classifier in Flax linen: Embed → LSTM stack → dropout → Dense(1).
 
-The LSTM layer is written in PyTorch's layout so that it trains the same function, not only computes the
-same forward pass: per layer an input projection ``x @ W_ih^T + b_ih`` over the whole sequence at once
-(outside the recurrence), then ``nn.RNN`` over a cell that adds ``h @ W_hh^T + b_hh``. Gate order i, f, g, o;
-two biases. Every matmul asks for full float32 (``Precision.HIGHEST``) so GPUs whose default is TF32 still
-agree with the CPU and with PyTorch.
+    logits, carry = model.apply({"params": p}, tokens (B, T) int32, carry, lengths=None, train=False,
+                                rngs={"dropout": key})
+
+This is the path that trains. :class:`LSTMStack` is ``nn.LSTM(E, H, L)``: it declares the LSTM's parameters
+itself, under PyTorch's names and in its layout (``weight_ih_l0`` (4H, E), ``bias_hh_l0`` (4H,), gate order
+i, f, g, o, two biases), draws the dropout masks between layers, and hands both to one implementation:
+
+    fused   jax_impl.recurrence.embedding_lstm_stack: hand-written gradients, a two-layer wavefront, the
+            embedding folded into layer 0's input projection. The default for float32 and float64.
+    scan    :func:`scan_stack`: Flax ``nn.RNN`` over PyTorch's cell, differentiated by JAX. The readable
+            reference the tests hold the fused one to, and the bfloat16 path (float32 parameters and carry).
+
+Every implementation takes the same parameters, carry and masks, so any checkpoint runs under any of them
+(a GPU one, taking the same arguments, joins :data:`IMPLEMENTATIONS`). Every matmul asks for full float32
+(``Precision.HIGHEST``), so GPUs whose default is TF32 still agree with the CPU and with PyTorch.
 
 The carry is an explicit pytree: a tuple of L pairs ``(h, c)``, each (B, H); PyTorch's ``(L, B, H)`` stacks
 exist only at the boundary (:func:`jax_impl.convert.carry_to_stacked` / ``carry_from_stacked``).
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable, Sequence
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-Array = jax.Array
-LayerCarry = tuple[Array, Array]  # (h, c), each (B, H)
-Carry = tuple[LayerCarry, ...]  # one pair per layer, bottom first
+from common.errors import ConfigError
+from jax_impl.recurrence import LayerCarry, LayerWeights, embedding_lstm_stack
 
-# Full float32 matmuls: on GPUs the default would be TF32 (10-bit mantissa), which breaks parity.
+Array = jax.Array
+Carry = tuple[LayerCarry, ...]  # one (h, c) pair per layer, bottom first
 PRECISION = jax.lax.Precision.HIGHEST
 
 
@@ -32,90 +42,132 @@ def init_carry(batch_size: int, layers: int, hidden_dim: int, dtype: Any = jnp.f
 
 
 def param_dtype_for(dtype: Any) -> Any:
-    """Parameters stay float32 under bfloat16 compute (mixed precision), and are float64 under float64."""
+    """Parameters (and the carry) stay float32 under bfloat16 compute, and are float64 under float64."""
     return jnp.promote_types(dtype, jnp.float32)
 
 
-class LSTMRecurrentCell(nn.RNNCellBase):
-    """One time step given the precomputed input gates: ``gates = gates_x + h @ W_hh^T + b_hh``.
+def compute_dtype(name: str) -> Any:
+    """'float32' | 'bfloat16' | 'float64' → the jnp dtype (float64 needs ``jax_enable_x64``)."""
+    return {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float64": jnp.float64}[name]
 
-    ``gates_x`` (B, 4H) already holds ``x @ W_ih^T + b_ih``. The carry keeps its own dtype (float32 even
-    when the gates are computed in bfloat16), so the scan's carry type never changes.
-    """
 
-    hidden_dim: int
+def _dot(a: Array, b: Array) -> Array:
+    return jnp.matmul(a, b, precision=PRECISION)
+
+
+class TorchLSTMCell(nn.RNNCellBase):
+    """PyTorch's LSTM cell for ``nn.RNN``, on gates whose input half ``x @ W_ih.T + b_ih`` is precomputed for
+    all steps at once: ``((h, c), gates_x (B, 4H)) → ((h', c'), h')``. Its recurrent weights are arguments, not
+    parameters of its own, so every implementation reads the one tree :class:`LSTMStack` declares."""
+
+    w_hh_t: Array  # (H, 4H)
+    b_hh: Array  # (4H,)
     dtype: Any = jnp.float32
 
     @nn.compact
-    def __call__(self, carry: LayerCarry, gates_x: Array) -> tuple[LayerCarry, Array]:
-        h, c = carry
-        hidden_proj = nn.Dense(4 * self.hidden_dim, dtype=self.dtype, param_dtype=param_dtype_for(self.dtype),
-                               precision=PRECISION, name="hh")
-        gates = gates_x + hidden_proj(h)  # (B, 4H)
-        i, f, g, o = jnp.split(gates, 4, axis=-1)  # PyTorch's gate order
-        i, f, g, o = jax.nn.sigmoid(i), jax.nn.sigmoid(f), jnp.tanh(g), jax.nn.sigmoid(o)
-        new_c = (f * c + i * g).astype(c.dtype)
-        new_h = (o * jnp.tanh(new_c)).astype(h.dtype)
-        return (new_h, new_c), new_h
-
-    @nn.nowrap
-    def initialize_carry(self, rng: Any, input_shape: tuple[int, ...]) -> LayerCarry:
-        zeros = jnp.zeros((*input_shape[:-1], self.hidden_dim), param_dtype_for(self.dtype))
-        return zeros, zeros
+    def __call__(self, state: LayerCarry, gates_x: Array) -> tuple[LayerCarry, Array]:
+        h, c = state
+        i, f, g, o = jnp.split(gates_x + (_dot(h.astype(self.dtype), self.w_hh_t) + self.b_hh), 4, axis=-1)
+        c_new = (jax.nn.sigmoid(f) * c + jax.nn.sigmoid(i) * jnp.tanh(g)).astype(c.dtype)
+        h_new = (jax.nn.sigmoid(o) * jnp.tanh(c_new)).astype(h.dtype)
+        return (h_new, c_new), h_new
 
     @property
     def num_feature_axes(self) -> int:
         return 1
 
 
-class LSTMRecurrence(nn.Module):
-    """The recurrence of one layer: ``(gates_x (B, T, 4H), carry) → (carry, outputs (B, T, H))``.
+def scan_stack(table: Array, tokens: Array, weights: Sequence[LayerWeights], carry: Carry, lengths: Array | None,
+               masks: Sequence[Array] | None, *, dtype: Any, unroll: int = 1) -> Carry:
+    """The reference: ``nn.LSTM`` layer by layer, each a Flax ``nn.RNN`` of :class:`TorchLSTMCell`, in ``dtype``.
 
-    This is the one place the time loop lives (``nn.RNN``, i.e. a ``lax.scan``); a faster version (for
-    instance a ``jax.custom_vjp`` over the whole loop) replaces this module and nothing else. Its
-    parameters are ``cell/hh/{kernel (H, 4H), bias (4H,)}`` (see :mod:`jax_impl.convert`).
+    table (V, E); tokens (T, B) int32, time-major; ``masks``: None or L-1 multipliers (T, B, H) of the inputs of
+    layers 1..L-1. With ``lengths`` (B,) each row's carry is the one after its last token
+    (``pack_padded_sequence``). Called inside :class:`LSTMStack`, whose scope the ``nn.RNN`` modules join.
+    """
+    xs = jnp.take(table, tokens, axis=0).astype(dtype)  # (T, B, E)
+    finals = []
+    for k, ((w_ih, w_hh, b_ih, b_hh), layer_carry) in enumerate(zip(weights, carry)):
+        if k > 0 and masks is not None:
+            xs = xs * masks[k - 1].astype(xs.dtype)
+        gates_x = _dot(xs.astype(dtype), w_ih.T.astype(dtype)) + b_ih.astype(dtype)  # all steps at once
+        cell = TorchLSTMCell(w_hh.T.astype(dtype), b_hh.astype(dtype), dtype)
+        final, xs = nn.RNN(cell, time_major=True, return_carry=True, unroll=unroll)(
+            gates_x, initial_carry=layer_carry, seq_lengths=lengths)
+        finals.append(final)
+    return tuple(finals)
 
-    ``lengths`` (B,) int32 (masked variable-length mode): past each text's length the carry stops changing,
-    and the returned carry is each text's state at its last token (``nn.RNN``'s ``seq_lengths``).
+
+def fused_stack(table: Array, tokens: Array, weights: Sequence[LayerWeights], carry: Carry, lengths: Array | None,
+                masks: Sequence[Array] | None, *, dtype: Any, unroll: int = 1) -> Carry:
+    """The fast stack of :mod:`jax_impl.recurrence`, in the parameters' dtype (float32 or float64)."""
+    _, finals = embedding_lstm_stack(table, tokens, weights, carry, lengths, masks, return_outputs=False)
+    return tuple(tuple(layer) for layer in finals)
+
+
+Implementation = Callable[..., Carry]  # (table, tokens (T, B), weights, carry, lengths, masks, *, dtype, unroll)
+IMPLEMENTATIONS: dict[str, Implementation] = {"fused": fused_stack, "scan": scan_stack}
+
+
+def resolve_lstm_impl(name: str, dtype: str) -> str:
+    """``--lstm-impl`` → the implementation that runs: auto is fused, and scan under bfloat16."""
+    if name == "auto":
+        return "scan" if dtype == "bfloat16" else "fused"
+    if name not in IMPLEMENTATIONS:
+        raise ConfigError(f"--lstm-impl must be one of auto, {', '.join(IMPLEMENTATIONS)}, got {name!r}")
+    if name == "fused" and dtype == "bfloat16":
+        raise ConfigError("--lstm-impl fused does not implement bfloat16's mixed precision (float32 parameters "
+                          "and carry); use --lstm-impl scan or auto")
+    return name
+
+
+class LSTMStack(nn.Module):
+    """``nn.LSTM(E, H, layers, dropout)`` over embedded tokens: ``(table, tokens, carry) → new carry``.
+
+    Parameters: ``weight_ih_l{k}`` (4H, D_k), ``weight_hh_l{k}`` (4H, H), ``bias_ih_l{k}``, ``bias_hh_l{k}``
+    (4H,), with D_0 = E and D_k = H above, initialised U(-1/√H, 1/√H) as PyTorch does. In training, the input
+    of each layer above the first is multiplied by a (T, B, H) mask of 0 and 1/(1-p) drawn from the 'dropout'
+    rng, the same masks for every implementation.
     """
 
     hidden_dim: int
+    layers: int
+    dropout: float = 0.5
+    impl: str = "fused"
     dtype: Any = jnp.float32
-    unroll: int = 1
+    unroll: int = 1  # scan only: time steps per loop iteration (speed, not numbers)
 
     @nn.compact
-    def __call__(self, gates_x: Array, carry: LayerCarry, lengths: Array | None = None
-                 ) -> tuple[LayerCarry, Array]:
-        rnn = nn.RNN(LSTMRecurrentCell(self.hidden_dim, self.dtype, name="cell"), return_carry=True,
-                     unroll=self.unroll)
-        return rnn(gates_x, initial_carry=carry, seq_lengths=lengths)
-
-
-class LSTMLayer(nn.Module):
-    """One PyTorch-layout LSTM layer: ``(x (B, T, D), carry) → (outputs (B, T, H), carry)``."""
-
-    hidden_dim: int
-    dtype: Any = jnp.float32
-    unroll: int = 1
-
-    @nn.compact
-    def __call__(self, xs: Array, carry: LayerCarry, lengths: Array | None = None) -> tuple[Array, LayerCarry]:
-        # The input projection of every time step at once: one large matmul outside the recurrence.
-        gates_x = nn.Dense(4 * self.hidden_dim, dtype=self.dtype, param_dtype=param_dtype_for(self.dtype),
-                           precision=PRECISION, name="ih")(xs)  # (B, T, 4H)
-        carry, outputs = LSTMRecurrence(self.hidden_dim, self.dtype, self.unroll, name="recurrence")(
-            gates_x, carry, lengths)
-        return outputs, carry
+    def __call__(self, table: Array, tokens: Array, carry: Carry, lengths: Array | None = None,
+                 train: bool = False) -> Carry:
+        """table (V, E) the embedding; tokens (B, T) int32; carry L pairs (h, c) each (B, H); lengths (B,)."""
+        hidden, pdtype = self.hidden_dim, param_dtype_for(self.dtype)
+        bound = 1.0 / hidden ** 0.5
+        init = lambda key, shape, dtype: jax.random.uniform(key, shape, dtype, -bound, bound)  # noqa: E731
+        weights = []
+        for k in range(self.layers):
+            fan_in = table.shape[1] if k == 0 else hidden
+            shapes = {"weight_ih": (4 * hidden, fan_in), "weight_hh": (4 * hidden, hidden),
+                      "bias_ih": (4 * hidden,), "bias_hh": (4 * hidden,)}
+            weights.append(tuple(self.param(f"{name}_l{k}", init, shape, pdtype) for name, shape in shapes.items()))
+        masks = None
+        if train and self.dropout > 0 and self.layers > 1:
+            keep = 1.0 - self.dropout
+            shape = (tokens.shape[1], tokens.shape[0], hidden)  # (T, B, H), time-major
+            keys = jax.random.split(self.make_rng("dropout"), self.layers - 1)
+            masks = [jax.random.bernoulli(key, keep, shape).astype(pdtype) / keep for key in keys]
+        run = IMPLEMENTATIONS[self.impl]
+        return run(table, tokens.T, weights, carry, lengths, masks, dtype=self.dtype, unroll=self.unroll)
 
 
 class SentimentRNN(nn.Module):
     """Embed → ``layers`` LSTM layers → dropout → Dense(1): the logit of the top layer's final h.
 
     ``apply({'params': p}, tokens (B, T) int32, carry, lengths=None, train=False, rngs={'dropout': key})``
-    returns ``(logits (B,), new_carry)``. Dropout (training only) acts between LSTM layers, on the whole
-    sequence fed to the next layer (``dropout``), and on the final h before the Dense (``fc_dropout``).
-    Under bfloat16 the logits come back as float32 so the loss is computed in float32. ``unroll``: time
-    steps per iteration of the recurrence's loop (a speed knob of ``lax.scan``; the numbers are the same).
+    returns ``(logits (B,), new_carry)``. Dropout (training only) acts between LSTM layers (``dropout``) and
+    on the final h before the Dense (``fc_dropout``). With ``lengths`` (B,) the batch is right-padded and the
+    carry stops at each text's last token. Under bfloat16 the logits come back as float32, so the loss is
+    computed in float32.
     """
 
     vocab_size: int
@@ -125,8 +177,8 @@ class SentimentRNN(nn.Module):
     dropout: float = 0.5
     fc_dropout: float = 0.3
     dtype: Any = jnp.float32
+    lstm_impl: str = "fused"  # resolved: a key of IMPLEMENTATIONS
     unroll: int = 1
-    fused: bool = False
 
     @nn.compact
     def __call__(self, tokens: Array, carry: Carry, lengths: Array | None = None, train: bool = False
@@ -134,57 +186,20 @@ class SentimentRNN(nn.Module):
         if len(carry) != self.layers:
             raise ValueError(f"carry has {len(carry)} layers, the model {self.layers}")
         pdtype = param_dtype_for(self.dtype)
-        if self.fused and not self.is_initializing():
-            new_carry = self._fused_layers(tokens, carry, lengths, train)
-        else:
-            xs = nn.Embed(self.vocab_size, self.embed_dim, dtype=self.dtype, param_dtype=pdtype,
-                          name="embedding")(tokens)  # (B, T, E)
-            new_carry = []
-            for k in range(self.layers):
-                if k > 0:
-                    xs = nn.Dropout(self.dropout, deterministic=not train)(xs)
-                xs, layer_carry = LSTMLayer(self.hidden_dim, self.dtype, self.unroll, name=f"lstm_l{k}")(
-                    xs, carry[k], lengths)
-                new_carry.append(layer_carry)
+        embedding = nn.Embed(self.vocab_size, self.embed_dim, dtype=self.dtype, param_dtype=pdtype,
+                             embedding_init=nn.initializers.normal(1.0), name="embedding")
+        lstm = LSTMStack(self.hidden_dim, self.layers, self.dropout, self.lstm_impl, self.dtype, self.unroll,
+                         name="lstm")
+        new_carry = lstm(embedding.embedding, tokens, carry, lengths, train)
         top_h = new_carry[-1][0]  # (B, H): the last step's output, or each text's last token with lengths
         top_h = nn.Dropout(self.fc_dropout, deterministic=not train)(top_h)
         logits = nn.Dense(1, dtype=self.dtype, param_dtype=pdtype, precision=PRECISION, name="fc")(top_h)
-        return logits[:, 0].astype(pdtype), tuple(new_carry)
-
-
-    def _fused_layers(self, tokens: Array, carry: Carry, lengths: Array | None, train: bool) -> Carry:
-        """The embedding and the LSTM layers through :func:`jax_impl.recurrence.embedding_lstm_stack`: the same
-        function, from the same parameters, computed faster on a CPU (hand-written gradients, a two-layer
-        wavefront, the embedding folded into layer 0's input projection; benchmarks/PERFORMANCE.md).
-        Dropout between layers: one (T, B, H) mask per layer boundary, 0 or 1/(1-p), from the 'dropout' rng."""
-        from jax_impl.recurrence import embedding_lstm_stack
-
-        params = self.variables["params"]
-        layer_params = []
-        for k in range(self.layers):
-            ih, hh = params[f"lstm_l{k}"]["ih"], params[f"lstm_l{k}"]["recurrence"]["cell"]["hh"]
-            layer_params.append((ih["kernel"].T, hh["kernel"].T, ih["bias"], hh["bias"]))  # PyTorch's layout
-        table = params["embedding"]["embedding"]  # (V, E)
-        masks = None
-        if train and self.dropout > 0 and self.layers > 1:
-            keep = 1.0 - self.dropout
-            shape = (tokens.shape[1], tokens.shape[0], self.hidden_dim)  # (T, B, H), time-major
-            keys = jax.random.split(self.make_rng("dropout"), self.layers - 1)
-            masks = [jax.random.bernoulli(key, keep, shape).astype(table.dtype) / keep for key in keys]
-        _, new_carry = embedding_lstm_stack(table, tokens.T, layer_params, carry, lengths, masks,
-                                            return_outputs=False)
-        return tuple(tuple(layer) for layer in new_carry)
+        return logits[:, 0].astype(pdtype), new_carry
 
 
 def model_from_config(cfg, vocab_size: int) -> SentimentRNN:
-    """The model a :class:`common.config.Config` describes (compute dtype from ``cfg.dtype``)."""
-    # The fast recurrence (jax_impl.recurrence) is the default path; bfloat16 keeps the scan, whose mixed
-    # precision (float32 parameters and carry, bfloat16 gates) the fast path does not implement.
+    """The model a :class:`common.config.Config` describes: compute dtype ``cfg.dtype``, LSTM implementation
+    ``resolve_lstm_impl(cfg.lstm_impl, cfg.dtype)``."""
     return SentimentRNN(vocab_size=vocab_size, embed_dim=cfg.embed_dim, hidden_dim=cfg.hidden_dim,
                         layers=cfg.layers, dropout=cfg.dropout, fc_dropout=cfg.fc_dropout,
-                        dtype=compute_dtype(cfg.dtype), fused=cfg.dtype != "bfloat16")
-
-
-def compute_dtype(name: str) -> Any:
-    """'float32' | 'bfloat16' | 'float64' → the jnp dtype (float64 needs ``jax_enable_x64``)."""
-    return {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float64": jnp.float64}[name]
+                        dtype=compute_dtype(cfg.dtype), lstm_impl=resolve_lstm_impl(cfg.lstm_impl, cfg.dtype))

@@ -14,7 +14,7 @@ from common.predict import format_predictions, predict_parser
 from jax_impl.convert import to_flax
 from jax_impl.loss import sigmoid
 from jax_impl.model import model_from_config
-from jax_impl.train import select_device, zero_carry
+from jax_impl.step import resolve_device, zero_carry
 
 PROG = "python -m jax_impl.predict"
 
@@ -36,7 +36,7 @@ def predict_probs(ckpt: Checkpoint, texts: Sequence[str], device: jax.Device | N
 @cli_main
 def main(argv: Sequence[str] | None = None) -> int:
     args = predict_parser(PROG).parse_args(argv)
-    device = select_device(args.device)
+    device = resolve_device(args.device)
     ckpt = load_checkpoint(args.checkpoint)
     probs = predict_probs(ckpt, args.texts, device)
     print(format_predictions(args.texts, probs, args.json))

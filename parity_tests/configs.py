@@ -17,7 +17,7 @@ TRAJECTORY_CFG = SEED_CFG.replace(embed_dim=32, hidden_dim=32, seq_len=100)
 TRAJECTORY_STEPS = 200
 FLOAT64_STEPS = 50
 
-# The modes, plus one where clipping binds: at clip 5 it never does here (the gradient norm stays
+# The trajectory modes, plus one where clipping binds: at clip 5 it never does here (the gradient norm stays
 # below 0.6 for 200 steps, median 0.14), so a clip rule would go untested; at clip 0.1 it binds on most steps.
 TRAJECTORY_MODES = {
     "stateful (seed)": {},

@@ -1,4 +1,4 @@
-"""Issue 5.10: a neutral checkpoint written by one twin's training run scores the test split the same in the
+"""A neutral checkpoint written by one twin's training run scores the test split the same in the
 other twin. One epoch of each twin's real ``train(cfg)`` with ``--save-dir`` on the small word corpus (E 8,
 H 16, T 12, B 8, the seed's dropout 0.5/0.3 and clip 5), then ``torch_impl.predict.predict`` and
 ``jax_impl.predict.predict_probs`` on the saved checkpoint. JAX → PyTorch with the seed's left padding,
@@ -19,7 +19,7 @@ from parity_tests.conftest import small_config
 from torch_impl import predict as torch_predict
 from torch_impl import train as torch_train
 
-# Probabilities of 16 texts from a float32 forward pass of 12 steps: measured 0 to 6e-8. 1e-5 is the issue's bound.
+# Probabilities of 16 texts from a float32 forward pass of 12 steps: measured 0 to 6e-8. 1e-5 is the suite's bound.
 PROB_TOL = 1e-5
 # The training run's own test loss (its twin's evaluation of the same checkpoint) against the mean BCE of
 # the other twin's probabilities: float32 terms near 0.69, summed in different orders: a few ulps (6e-8).

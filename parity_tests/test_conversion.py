@@ -1,4 +1,4 @@
-"""Issue 5.1: converting the neutral parameters into either framework and back loses nothing, bit for bit,
+"""Converting the neutral parameters into either framework and back loses nothing, bit for bit,
 also through a neutral checkpoint on disk; and the Flax tree built is the one the JAX model expects."""
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Issue 5.9: dropout, tested in each twin by its statistics (the masks come from different generators and
+"""Dropout, tested in each twin by its statistics (the masks come from different generators and
 cannot be shared): keep rate ≈ 1 - p, kept values scaled by 1/(1 - p), training only, and placement.
 
 The tensor that feeds the second LSTM layer is inside ``nn.LSTM`` in PyTorch, so both twins are observed the

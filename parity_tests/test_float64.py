@@ -1,4 +1,4 @@
-"""Issue 5.6: both twins in float64 (JAX x64, PyTorch double) for 50 training steps in each trajectory mode
+"""Both twins in float64 (JAX x64, PyTorch double) for 50 training steps in each trajectory mode
 agree to 1e-10 per step, so the ~1e-6 float32 gaps of test_trajectories are rounding, not semantics.
 
 The runs happen in a separate process (``parity_tests.float64_run``; x64 is process-global in JAX), started
@@ -14,7 +14,7 @@ from parity_tests.configs import FLOAT64_STEPS, TRAJECTORY_MODES
 from parity_tests.conftest import FLOAT64_RUN
 
 # float64 rounding is 1e-16 relative; 50 steps of the same function amplify it to ~1e-15 (measured 3e-16).
-# 1e-10 is the issue's bound: a million times the rounding, a million times below float32's gap.
+# 1e-10 is the suite's bound: a million times the rounding, a million times below float32's gap.
 LOSS_TOL = 1e-10
 
 

@@ -1,4 +1,4 @@
-"""Issue 5.2: the forward pass at the seed's shapes (B 50, T 200, E 400, H 256, L 2, V 4398 from the real
+"""The forward pass at the seed's shapes (B 50, T 200, E 400, H 256, L 2, V 4398 from the real
 corpus): PyTorch's probabilities vs sigmoid of JAX's logits, and every layer's final (h, c).
 
 Cases: left padding (the seed) and right padding with masking (PyTorch packs with the lengths, JAX stops the
@@ -21,7 +21,7 @@ from parity_tests.twins import (flax_params, jax_carry, jax_twin, stacked_from_j
 
 # Float32 through 200 time steps and two layers: each side rounds differently (PyTorch's fused gates vs
 # XLA's), and the differences do not grow in a contracting LSTM: measured ≤ 7e-7 in (h, c), 6e-8 in the
-# probabilities. 1e-5 is the issue's bound, far below any semantic difference (a wrong mask, gate order or
+# probabilities. 1e-5 is the suite's bound, far below any semantic difference (a wrong mask, gate order or
 # carry moves these values by 1e-3 to 1e-1, see the "effect" rows).
 FORWARD_TOL = 1e-5
 

@@ -1,4 +1,4 @@
-"""Issue 5.11: the forward check (5.2) and the 200-step trajectories (5.5) on a GPU, with TF32 off on both
+"""The forward check (test_forward) and the 200-step trajectories (test_trajectories) on a GPU, with TF32 off on both
 sides (PyTorch: ``allow_tf32 = False`` for matmuls and cuDNN; JAX: default matmul precision "highest", on top
 of the twin's own ``Precision.HIGHEST``), so both compute in full float32 and the CPU tolerances apply.
 

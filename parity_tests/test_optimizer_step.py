@@ -1,4 +1,4 @@
-"""Issue 5.4: one step of each twin's own ``train_step`` (PyTorch: ``torch_impl.train.train_step`` with
+"""One step of each twin's own ``train_step`` (PyTorch: ``torch_impl.train.train_step`` with
 ``make_optimizer``; JAX: ``jax_impl.train.make_train_step`` with ``create_train_state``), with the global
 gradient norm above and below the clip threshold.
 
@@ -15,17 +15,18 @@ import optax
 import pytest
 
 from parity_tests import report
-from parity_tests.twins import (flax_params, jax_carry, jax_loss_grad, jax_train, neutral_from_flax,
+from jax_impl import step as jax_step
+from parity_tests.twins import (flax_params, jax_carry, jax_loss_grad, neutral_from_flax,
                                 torch_loss_and_grads, torch_twin, train_batches, zeros_stacked)
 from torch_impl.model import export_params
-from torch_impl.train import make_optimizer, train_step
+from torch_impl.step import make_optimizer, train_step
 
 # Read-back precision of the coefficient: m and g are float32 (relative rounding 6e-8 per element), and the
-# estimate averages them over 60k elements; measured agreement is ~1e-8. 1e-7 is the issue's bound.
+# estimate averages them over 60k elements; measured agreement is ~1e-8. 1e-7 is the suite's bound.
 COEF_TOL = 1e-7
 # First Adam step: each parameter moves by lr · g / (|g| + eps) ≈ ±1e-3. Gradients that agree to 1e-8
 # give updates that agree to ~1e-9, except where |g| is near eps (1e-8), where the update's size depends on
-# g itself (measured worst 1.8e-6 at E 64, H 64). 1e-5 is the issue's bound, 1% of a step.
+# g itself (measured worst 1.8e-6 at E 64, H 64). 1e-5 is the suite's bound, 1% of a step.
 PARAM_TOL = 1e-5
 BETA1 = 0.9
 ONE_MINUS_BETA1 = float(np.float32(1 - BETA1))  # both frameworks scale g by (1 - β1) rounded to float32
@@ -61,7 +62,7 @@ def jax_raw_grads(setup_and_batch, jax_trainer):
     cfg = setup.cfg
     grad_fn = jax_loss_grad(jax_trainer(cfg).model, cfg)
     _, grads = grad_fn(flax_params(setup.neutral), jax_carry(zeros_stacked(cfg, batch.size)),
-                       jax_train.batch_to_device(batch), jax.random.key(cfg.seed))
+                       jax_step.batch_to_device(batch), jax.random.key(cfg.seed))
     return neutral_from_flax(grads)
 
 
@@ -77,9 +78,9 @@ def test_one_adam_step_clips_and_updates_alike(setup_and_batch, jax_trainer, jax
     grads_t, coef_t, params_t = torch_one_step(cfg, setup, batch)
 
     trainer = jax_trainer(cfg)
-    state = jax_train.create_train_state(trainer.model, cfg, setup.neutral)
-    state, _, _ = trainer.step(state, jax_train.zero_carry(trainer.model, batch.size),
-                               jax_train.batch_to_device(batch), jax.random.key(cfg.seed))
+    state = jax_step.create_train_state(trainer.model, cfg, setup.neutral)
+    state, _, _ = trainer.step(state, jax_step.zero_carry(trainer.model, batch.size),
+                               jax_step.batch_to_device(batch), jax.random.key(cfg.seed))
     coef_j = applied_coefficient(neutral_from_flax(optax.tree_utils.tree_get(state.opt_state, "mu")),
                                  jax_raw_grads)
     params_j = neutral_from_flax(state.params)

@@ -1,4 +1,4 @@
-"""Issue 5.8: the loss where the sigmoid saturates. PyTorch: ``nn.BCELoss`` on ``torch.sigmoid(z)`` (the seed's
+"""The loss where the sigmoid saturates. PyTorch: ``nn.BCELoss`` on ``torch.sigmoid(z)`` (the seed's
 pair); JAX: ``jax_impl.loss.bce_loss(z)``. Logits ±20 (p rounds to exactly 1.0 at +20 in float32) and ±120
 (p underflows to 0 at -120), labels 0 and 1: value and gradient agree, and nothing is NaN.
 """

@@ -1,4 +1,4 @@
-"""Issue 5.5: 200 training steps on the real corpus, each twin running its own ``train_step`` in its own loop
+"""200 training steps on the real corpus, each twin running its own ``train_step`` in its own loop
 order over the same batches (``common.batches`` for seed 0, epoch 0), from the same initial parameters.
 
 Configuration (parity_tests.configs.TRAJECTORY_CFG, and why): real corpus, B 50, T 100, E 32, H 32, L 2, lr 1e-3,
@@ -21,7 +21,7 @@ from parity_tests.twins import torch_trajectory
 
 # Each step's loss is a float32 mean near 0.65 (ulp 6e-8); the two twins round differently in every op, and
 # Adam turns the differences into slightly different parameters, which the next losses feel. Measured:
-# ~3e-7 after 50 steps, ≤ 2e-6 after 200 at this configuration. 1e-4 is the issue's bound, 50x that.
+# ~3e-7 after 50 steps, ≤ 2e-6 after 200 at this configuration. 1e-4 is the suite's bound, 50x that.
 LOSS_TOL = 1e-4
 
 

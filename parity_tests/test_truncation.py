@@ -1,4 +1,4 @@
-"""Issue 5.7: truncation semantics. Where the gradient stops (PyTorch: ``detach``; JAX: ``stop_gradient``) and
+"""Truncation semantics. Where the gradient stops (PyTorch: ``detach``; JAX: ``stop_gradient``) and
 where it does not, both twins differentiate the same function.
 
 * After a carried state: PyTorch's ``train_step`` detaches the incoming hidden (``repackage_hidden``); JAX's
@@ -21,10 +21,11 @@ from common.data import prepare_data
 from common.params import init_params
 from parity_tests import report
 from parity_tests.conftest import nonzero_carry, small_config
-from parity_tests.twins import (flax_params, jax_carry, jax_loss_grad, jax_train, jax_twin, neutral_from_flax,
+from jax_impl import step as jax_step
+from parity_tests.twins import (flax_params, jax_carry, jax_loss_grad, jax_twin, neutral_from_flax,
                                 stacked_from_jax, stacked_from_torch, torch_grads, torch_hidden, torch_inputs,
                                 torch_twin, train_batches, worst_relative_diff, zeros_stacked)
-from torch_impl.train import make_optimizer, train_step
+from torch_impl.step import make_optimizer, train_step
 
 # Each parameter's gradient against its own scale, max|Δg| / max|g|: these gradients are 1e-4 to 1e-2, so
 # the seed-shape bound 1e-5 × max(1, max|g|) would allow a 1-10% error here and could not tell a truncation
@@ -57,11 +58,11 @@ def jax_two_batch_grads(setup: Setup, detach: bool):
     inside the same function, through the twin's ``forward`` and ``make_loss_fn``."""
     cfg = setup.cfg.replace(detach=detach)
     model = jax_twin(cfg, setup.vocab_size)
-    loss_fn = jax_train.make_loss_fn(model, cfg)
-    first, second = (jax_train.batch_to_device(b) for b in (setup.first, setup.second))
+    loss_fn = jax_step.make_loss_fn(model, cfg)
+    first, second = (jax_step.batch_to_device(b) for b in (setup.first, setup.second))
 
     def two_batches(params):
-        _, carry = jax_train.forward(model, params, first, jax_carry(zeros_stacked(cfg, setup.first.size)),
+        _, carry = jax_step.forward(model, params, first, jax_carry(zeros_stacked(cfg, setup.first.size)),
                                      setup.key, train=True, use_lengths=False)
         return loss_fn(params, carry, second, setup.key)
 
@@ -115,7 +116,7 @@ def test_tbptt_chunk_truncation_gives_the_same_gradients(setup, chunk):
     grads_t = torch_grads(model)
 
     jax_model = jax_twin(cfg, setup.vocab_size)
-    args = (flax_params(setup.neutral), jax_carry(carry0), jax_train.batch_to_device(setup.second), setup.key)
+    args = (flax_params(setup.neutral), jax_carry(carry0), jax_step.batch_to_device(setup.second), setup.key)
     grads_j = neutral_from_flax(jax_loss_grad(jax_model, cfg)(*args)[1])  # in-graph stop_gradient per chunk
     whole_j = neutral_from_flax(jax_loss_grad(jax_model, cfg, truncate_chunks=False)(*args)[1])
 

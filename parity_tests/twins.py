@@ -2,9 +2,9 @@
 
 Every comparison starts both twins from one neutral parameter set (``common.params.init_params``) and feeds
 them the same ``common.batches`` in the same order. The helpers here convert between the two frameworks'
-containers and run each twin's own ``train_step`` in the loop its ``train()`` runs it in (zeros at each
-epoch's start, the returned carry passed on, ``--carry reset`` handled where each twin handles it), so a
-trajectory here is the CLI's trajectory without the evaluation passes.
+containers and run each twin's own ``train_step`` in the order ``common.loop.train`` runs it (zeros at each
+epoch's start and under ``--carry reset``, else the returned carry passed on), so a trajectory here is the
+CLI's trajectory without the evaluation passes.
 """
 from __future__ import annotations
 
@@ -21,9 +21,9 @@ from common.config import Config
 from common.params import Params
 from jax_impl import convert
 from jax_impl import model as jax_model
-from jax_impl import train as jax_train
+from jax_impl import step as jax_step
 from torch_impl import model as torch_model
-from torch_impl import train as torch_train
+from torch_impl import step as torch_step
 
 TORCH_DTYPES = {"float32": torch.float32, "float64": torch.float64}
 
@@ -146,16 +146,17 @@ def worst_relative_diff(a: Params, b: Params) -> tuple[float, str]:
 
 
 def torch_trajectory(cfg: Config, data, neutral: Params, steps: int, device: str = "cpu") -> list[float]:
-    """Per-step losses of ``torch_impl.train.train_step`` over the first ``steps`` batches, in its loop's
-    order: zeros at each epoch's start, the returned hidden carried (``train_step`` detaches or resets it)."""
+    """Per-step losses of ``torch_impl.step.train_step`` over the first ``steps`` batches, in the loop's order
+    (``common.loop.train``): zeros at each epoch's start and at every batch under ``--carry reset``, else the
+    returned hidden carried (``train_step`` detaches it)."""
     model = torch_twin(cfg, neutral, len(data.vocab), device)
-    optimizer = torch_train.make_optimizer(model, cfg)
+    optimizer = torch_step.make_optimizer(model, cfg)
     torch.manual_seed(cfg.seed)
     losses, hidden, last_epoch = [], None, None
     for epoch, batch in train_batches(data, cfg, steps):
-        if epoch != last_epoch:
+        if epoch != last_epoch or cfg.carry == "reset":
             hidden, last_epoch = model.init_hidden(cfg.batch_size), epoch
-        loss, hidden = torch_train.train_step(model, optimizer, hidden, batch, cfg)
+        loss, hidden = torch_step.train_step(model, optimizer, hidden, batch, cfg)
         losses.append(loss)
     return [float(x) for x in losses]
 
@@ -171,19 +172,19 @@ class JaxTrainer:
     @classmethod
     def build(cls, cfg: Config, vocab_size: int) -> "JaxTrainer":
         model = jax_twin(cfg, vocab_size)
-        return cls(cfg, model, jax_train.make_train_step(model, cfg))
+        return cls(cfg, model, jax_step.make_train_step(model, cfg))
 
     def trajectory(self, data, neutral: Params, steps: int, device: Any = None) -> list[float]:
-        """Per-step losses in ``jax_impl.train``'s loop order: a zero carry at each epoch's start, and at every
-        batch under ``--carry reset`` (there the loop resets it, not the step)."""
+        """Per-step losses in the loop's order (``common.loop.train``): a zero carry at each epoch's start, and
+        at every batch under ``--carry reset``."""
         cfg, model = self.cfg, self.model
-        state = jax_train.create_train_state(model, cfg, neutral, device)
+        state = jax_step.create_train_state(model, cfg, neutral, device)
         key = jax.device_put(jax.random.key(cfg.seed), device)
         losses, carry, last_epoch = [], None, None
         for epoch, batch in train_batches(data, cfg, steps):
             if epoch != last_epoch or cfg.carry == "reset":
-                carry, last_epoch = jax_train.zero_carry(model, cfg.batch_size, device), epoch
-            state, carry, metrics = self.step(state, carry, jax_train.batch_to_device(batch, device), key)
+                carry, last_epoch = jax_step.zero_carry(model, cfg.batch_size, device), epoch
+            state, carry, metrics = self.step(state, carry, jax_step.batch_to_device(batch, device), key)
             losses.append(metrics.loss)
         return [float(x) for x in jax.device_get(losses)]
 
@@ -191,7 +192,7 @@ class JaxTrainer:
 def jax_loss_grad(model: jax_model.SentimentRNN, cfg: Config, **loss_options) -> Callable:
     """``jit(value_and_grad(make_loss_fn(model, cfg)))``: ``(params, carry, batch, key) → ((loss, carry),
     grads)``, the very loss function the JAX twin's ``train_step`` differentiates."""
-    return jax.jit(jax.value_and_grad(jax_train.make_loss_fn(model, cfg, **loss_options), has_aux=True))
+    return jax.jit(jax.value_and_grad(jax_step.make_loss_fn(model, cfg, **loss_options), has_aux=True))
 
 
 def zeros_stacked(cfg: Config, batch_size: int) -> Stacked:

@@ -89,14 +89,6 @@ class World:
                 dist.broadcast(tensor, src=0)
 
 
-class DistributedRNN(DistributedDataParallel):
-    """DDP over :class:`torch_impl.model.SentimentRNN`, with the model's ``init_hidden`` (the training
-    step's ``--carry reset`` asks the model it is given for zeros)."""
-
-    def init_hidden(self, batch_size: int) -> Hidden:
-        return self.module.init_hidden(batch_size)
-
-
 def world_from_environment() -> World | None:
     """The torchrun world (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``), or None for a single process."""
     size = int(os.environ.get("WORLD_SIZE", "1"))
@@ -129,10 +121,10 @@ def join_process_group(world: World, device: torch.device) -> torch.device:
     return device
 
 
-def wrap(model: nn.Module) -> DistributedRNN:
+def wrap(model: nn.Module) -> DistributedDataParallel:
     """DDP over ``model`` (already on this rank's device); broadcasts rank 0's weights once."""
     device = next(model.parameters()).device
-    return DistributedRNN(model, device_ids=[device.index] if device.type == "cuda" else None)
+    return DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
 
 
 def dropout_seed(seed: int, rank: int, step: int = 0) -> int:

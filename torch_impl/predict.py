@@ -16,7 +16,7 @@ from common.data import encode_texts
 from common.errors import cli_main
 from common.predict import format_predictions, predict_parser
 from torch_impl.model import SentimentRNN, load_params, model_from_config
-from torch_impl.train import resolve_device
+from torch_impl.step import resolve_device
 
 PROG = "python -m torch_impl.predict"
 

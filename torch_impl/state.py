@@ -6,8 +6,8 @@ it appear atomically):
     optimizer.safetensors  Adam's state per parameter: NAME.exp_avg, NAME.exp_avg_sq, NAME.step
     carry.safetensors      the carried hidden state h, c, each (L, B, H)
     rng.safetensors        torch's CPU generator state (uint8), and CUDA's when training on a GPU
-    state.json             scalars: format, the run's config, progress, last validation, and the size and
-                           SHA-256 of every file above (safetensors has no checksum of its own)
+    state.json             scalars: format, the run's config, progress, and the size and SHA-256 of every
+                           file above (safetensors has no checksum of its own)
     progress.json          written by common.runstate
 
 Any file that is missing, truncated or altered raises :class:`CheckpointError` naming it, so
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +29,7 @@ from common.files import file_sha256
 from common.runstate import Progress, read_progress
 
 FORMAT = "lstm-twins/torch-training-state"
-VERSION = 1
+VERSION = 2  # 2: the last validation moved into progress.json
 MODEL_FILE, OPTIMIZER_FILE = "model.safetensors", "optimizer.safetensors"
 CARRY_FILE, RNG_FILE, STATE_FILE = "carry.safetensors", "rng.safetensors", "state.json"
 TENSOR_FILES = (MODEL_FILE, OPTIMIZER_FILE, CARRY_FILE, RNG_FILE)
@@ -55,8 +55,7 @@ def _cpu(t: torch.Tensor) -> torch.Tensor:
 
 
 def save_training_state(directory: Path, model: nn.Module, optimizer: torch.optim.Optimizer,
-                        hidden: tuple[torch.Tensor, torch.Tensor], cfg, progress: Progress,
-                        last_val: dict[str, Any] | None = None) -> None:
+                        hidden: tuple[torch.Tensor, torch.Tensor], cfg, progress: Progress) -> None:
     """Write the state files into ``directory`` (a fresh temporary directory from common.runstate)."""
     from safetensors.torch import save_file
 
@@ -80,7 +79,7 @@ def save_training_state(directory: Path, model: nn.Module, optimizer: torch.opti
         files[file_name] = {"bytes": path.stat().st_size, "sha256": file_sha256(path)}
     group = optimizer.param_groups[0]
     scalars = {"format": FORMAT, "version": VERSION, "torch": torch.__version__, "config": cfg.to_dict(),
-               "progress": asdict(progress), "last_val": last_val, "device": str(hidden[0].device),
+               "progress": progress.to_dict(), "device": str(hidden[0].device),
                "adam": {"lr": group["lr"], "betas": list(group["betas"]), "eps": group["eps"]},
                "files": files}
     scalars["digest"] = _digest(scalars)
@@ -120,13 +119,13 @@ def _read_tensors(path: Path, expected: dict[str, Any]) -> dict[str, torch.Tenso
         raise CheckpointError(f"{path}: unreadable safetensors file ({err})") from None
 
 
-def load_training_state(directory: Path) -> TrainingState:
+def load_training_state(directory: Path) -> tuple[Progress, TrainingState]:
     """Read and verify one checkpoint directory. Damage raises :class:`CheckpointError` naming the file
     (so the caller can fall back); common.runstate.load_latest refuses other trajectory settings."""
     directory = Path(directory)
     scalars = _read_scalars(directory)
     progress = read_progress(directory)
-    if asdict(progress) != scalars["progress"]:
+    if progress.to_dict() != scalars["progress"]:
         raise CheckpointError(f"{directory / 'progress.json'}: altered (it disagrees with {STATE_FILE})")
     content = {name: _read_tensors(directory / name, scalars["files"][name]) for name in TENSOR_FILES}
     adam: dict[str, dict[str, torch.Tensor]] = {}
@@ -134,7 +133,7 @@ def load_training_state(directory: Path) -> TrainingState:
         name, _, part = key.rpartition(".")
         adam.setdefault(name, {})[part] = value
     carry = content[CARRY_FILE]
-    return TrainingState(content[MODEL_FILE], adam, (carry["h"], carry["c"]), content[RNG_FILE], scalars)
+    return progress, TrainingState(content[MODEL_FILE], adam, (carry["h"], carry["c"]), content[RNG_FILE], scalars)
 
 
 def restore_training_state(state: TrainingState, model: nn.Module, optimizer: torch.optim.Optimizer,

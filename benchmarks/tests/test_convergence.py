@@ -54,7 +54,7 @@ def test_twins_agree_when_their_accuracy_gap_is_within_one_standard_deviation():
     (["--mode", "convergence", "--seeds", "a,b"], "--seeds takes a comma list of integers"),
     (["--mode", "convergence", "--seeds", "1,1"], "--seeds takes distinct non-negative integers"),
     (["--mode", "fast"], "invalid choice: 'fast'"),
-    (["--devices", "0,2"], "--devices takes positive device counts"),
+    (["--device-counts", "0,2"], "--device-counts takes positive device counts"),
 ])
 def test_bad_convergence_and_scaling_flags_print_one_line_and_exit_2(argv, message, capsys, tmp_path):
     assert bench.main([*argv, "--out", str(tmp_path / "never")]) == 2
@@ -89,7 +89,7 @@ def test_quick_convergence_run_writes_curves_tables_and_results(tmp_path):
 @pytest.mark.skipif(not BOTH, reason="needs both twins installed")
 def test_quick_run_with_device_counts_adds_a_scaling_table(tmp_path):
     out = tmp_path / "scale"
-    proc = run_bench("--quick", "--no-progress", "--devices", "1,2", "--variants", "torch:eager,jax:jit",
+    proc = run_bench("--quick", "--no-progress", "--device-counts", "1,2", "--variants", "torch:eager,jax:jit",
                      "--parity-steps", "0", "--out", str(out), timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "## Data-parallel scaling" in proc.stdout and "measures the overhead" in proc.stdout

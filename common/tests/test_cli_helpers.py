@@ -3,10 +3,11 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 
 from common.errors import ConfigError, DataError, cli_main
-from common.predict import format_predictions, predict_parser
+from common.predict import format_predictions, is_positive, predict_parser
 
 
 def test_cli_main_turns_a_user_error_into_one_line_and_status_2(capsys):
@@ -32,9 +33,14 @@ def test_cli_main_lets_programming_errors_through():
         main()
 
 
-def test_predictions_are_positive_from_one_half():
-    out = format_predictions(["好", "bad"], [0.5, 0.25], as_json=False)
-    assert out == "0.5000\tpositive\t好\n0.2500\tnegative\tbad"
+def test_predictions_are_positive_above_one_half_and_exactly_half_is_negative():
+    out = format_predictions(["好", "bad", "meh"], [0.5000001, 0.25, 0.5], as_json=False)
+    assert out == "0.5000\tpositive\t好\n0.2500\tnegative\tbad\n0.5000\tnegative\tmeh"
+
+
+def test_the_decision_rule_is_the_seeds_round():
+    probs = np.array([0.0, 0.25, 0.5, 0.5000001, 0.75, 1.0], np.float32)
+    assert is_positive(probs).tolist() == (np.round(probs) == 1).tolist() == [False, False, False, True, True, True]
 
 
 def test_predictions_as_json_keep_non_ascii_text():

@@ -16,7 +16,7 @@ from common.config import Config
 from common.data import Dataset, prepare_data
 from common.params import init_params
 from jax_impl.model import SentimentRNN, model_from_config
-from jax_impl.train import make_eval_step, make_train_step
+from jax_impl.step import make_eval_step, make_train_step
 
 POSITIVE = "good great happy love excellent fine nice wonderful best superb".split()
 NEGATIVE = "bad awful sad hate terrible poor ugly worst boring dull".split()

@@ -28,13 +28,13 @@ def test_predict_cli_prints_json_probabilities_from_a_checkpoint(checkpoint):
     expected = predict_probs(load_checkpoint(checkpoint), texts)
     # The same computation in another process: equal to float32 rounding.
     np.testing.assert_allclose([r["prob"] for r in rows], expected, rtol=1e-6)
-    assert all(r["label"] == ("positive" if r["prob"] >= 0.5 else "negative") for r in rows)
+    assert all(r["label"] == ("positive" if r["prob"] > 0.5 else "negative") for r in rows)
 
 
 def test_predict_probabilities_are_the_models_sigmoid_with_a_zero_carry(tiny, checkpoint):
     import jax
     from jax_impl.convert import to_flax
-    from jax_impl.train import zero_carry
+    from jax_impl.step import zero_carry
     from common.data import encode_texts
     texts = ["good movie", "the worst"]
     tokens, _ = encode_texts(texts, tiny.data.vocab, tiny.data.tokenizer, tiny.cfg.seq_len)
@@ -67,5 +67,8 @@ def test_three_steps_on_the_real_corpus(tmp_path, capsys):
     assert [r["step"] for r in records if "epoch" in r] == [1, 2, 3]
     assert [(r["step"], r["split"]) for r in records if "split" in r] == [(2, "val"), (3, "val"), (3, "test")]
     # A fresh model on a balanced corpus: the loss is near log 2 (within 0.1).
-    assert all(abs(r["loss"] - np.log(2)) < 0.1 for r in records)
+    assert all(abs(r["loss"] - np.log(2)) < 0.1 for r in records[1:])
+    # The first record says what ran: the resolved LSTM implementation among it.
+    assert records[0]["step"] == 0 and records[0]["run"]["lstm_impl"] == "fused"
+    assert records[0]["run"]["framework"] == "jax" and records[0]["run"]["dtype"] == "float32"
     assert load_checkpoint(tmp_path / "best").tokenizer == "char"

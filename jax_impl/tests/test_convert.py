@@ -23,12 +23,12 @@ def test_round_trip_through_device_arrays_is_bitwise():
     assert all(np.array_equal(back[k], v) for k, v in neutral.items())
 
 
-def test_weights_are_transposed_to_flax_kernels():
+def test_lstm_weights_keep_pytorchs_names_and_layout_and_the_dense_kernel_is_transposed():
     neutral = init_params(13, 6, 5, 2, seed=4)
     params = to_flax(neutral)
-    assert np.array_equal(params["lstm_l1"]["ih"]["kernel"], neutral["lstm.weight_ih_l1"].T)
-    assert np.array_equal(params["lstm_l0"]["recurrence"]["cell"]["hh"]["kernel"], neutral["lstm.weight_hh_l0"].T)
-    assert np.array_equal(params["lstm_l0"]["recurrence"]["cell"]["hh"]["bias"], neutral["lstm.bias_hh_l0"])
+    assert np.array_equal(params["lstm"]["weight_ih_l1"], neutral["lstm.weight_ih_l1"])
+    assert np.array_equal(params["lstm"]["weight_hh_l0"], neutral["lstm.weight_hh_l0"])
+    assert np.array_equal(params["lstm"]["bias_hh_l0"], neutral["lstm.bias_hh_l0"])
     assert np.array_equal(params["fc"]["kernel"], neutral["fc.weight"].T)
     assert np.array_equal(params["embedding"]["embedding"], neutral["embedding.weight"])
 

@@ -1,19 +1,21 @@
-"""The Flax model: shapes, the explicit carry, dropout only in training, masked variable-length mode."""
+"""The Flax model, under each LSTM implementation: shapes, the explicit carry, dropout only in training, masked
+variable-length mode, PyTorch's equations; and the implementations agree with each other."""
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
 from jax_impl.convert import to_flax
-from jax_impl.model import SentimentRNN, init_carry
+from common.errors import ConfigError
+from jax_impl.model import IMPLEMENTATIONS, SentimentRNN, init_carry, resolve_lstm_impl
 
 B, T, V, E, H, L = 3, 7, 11, 8, 16, 2
 
 
-@pytest.fixture(scope="module")
-def setup():
+@pytest.fixture(scope="module", params=sorted(IMPLEMENTATIONS))
+def setup(request):
     from common.params import init_params
-    model = SentimentRNN(V, E, H, L, dropout=0.5, fc_dropout=0.3)
+    model = SentimentRNN(V, E, H, L, dropout=0.5, fc_dropout=0.3, lstm_impl=request.param)
     params = jax.tree_util.tree_map(jnp.asarray, to_flax(init_params(V, E, H, L, seed=1)))
     tokens = jnp.asarray(np.random.default_rng(0).integers(1, V, (B, T)), jnp.int32)
     apply = jax.jit(lambda p, t, c, k, train: model.apply({"params": p}, t, c, train=train, rngs={"dropout": k}),
@@ -98,11 +100,10 @@ def reference_forward(params, tokens: np.ndarray, lengths: list[int]) -> tuple[n
     for row, n in zip(tokens, lengths):
         xs = p["embedding"]["embedding"][row[:n]]
         for k in range(L):
-            layer = p[f"lstm_l{k}"]
-            hh = layer["recurrence"]["cell"]["hh"]
+            w = {name: p["lstm"][f"{name}_l{k}"] for name in ("weight_ih", "weight_hh", "bias_ih", "bias_hh")}
             h, c, outs = np.zeros(H), np.zeros(H), []
             for x in xs:
-                gates = x @ layer["ih"]["kernel"] + layer["ih"]["bias"] + h @ hh["kernel"] + hh["bias"]
+                gates = w["weight_ih"] @ x + w["bias_ih"] + w["weight_hh"] @ h + w["bias_hh"]
                 i, f, g, o = np.split(gates, 4)
                 c = sigmoid(f) * c + sigmoid(i) * np.tanh(g)
                 h = sigmoid(o) * np.tanh(c)
@@ -134,7 +135,7 @@ def test_masked_mode_reads_each_texts_own_last_state(setup):
 
 def test_bfloat16_computes_in_bfloat16_and_keeps_float32_params_carry_and_logits(setup):
     _, params, tokens, _ = setup
-    model = SentimentRNN(V, E, H, L, dropout=0.0, fc_dropout=0.0, dtype=jnp.bfloat16)
+    model = SentimentRNN(V, E, H, L, dropout=0.0, fc_dropout=0.0, dtype=jnp.bfloat16, lstm_impl="scan")
     logits, carry = jax.jit(model.apply)({"params": params}, tokens, init_carry(B, L, H))
     reference, _ = setup[3](params, tokens, init_carry(B, L, H), jax.random.key(0), False)
     assert logits.dtype == jnp.float32 and carry[0][0].dtype == jnp.float32
@@ -146,7 +147,7 @@ def test_bfloat16_computes_in_bfloat16_and_keeps_float32_params_carry_and_logits
 def test_float64_under_x64_computes_in_float64(setup):
     from common.params import init_params
     with jax.enable_x64(True):
-        model = SentimentRNN(V, E, H, L, 0.0, 0.0, dtype=jnp.float64)
+        model = setup[0].clone(dropout=0.0, fc_dropout=0.0, dtype=jnp.float64)
         params = jax.tree_util.tree_map(jnp.asarray, to_flax(init_params(V, E, H, L, seed=1), dtype=np.float64))
         logits, carry = model.apply({"params": params}, setup[2], init_carry(B, L, H, jnp.float64))
         assert logits.dtype == jnp.float64 and carry[-1][0].dtype == jnp.float64
@@ -155,6 +156,39 @@ def test_float64_under_x64_computes_in_float64(setup):
 def test_unrolling_the_recurrence_changes_nothing_but_speed(setup):
     model, params, tokens, apply = setup
     reference, _ = apply(params, tokens, init_carry(B, L, H), jax.random.key(0), False)
-    unrolled, _ = jax.jit(model.clone(unroll=4).apply)({"params": params}, tokens, init_carry(B, L, H))
+    unrolled, _ = jax.jit(model.clone(lstm_impl="scan", unroll=4).apply)({"params": params}, tokens,
+                                                                         init_carry(B, L, H))
     # Same operations per step; XLA may fuse the unrolled steps differently: 1e-6.
     np.testing.assert_allclose(np.asarray(unrolled), np.asarray(reference), rtol=1e-6, atol=1e-7)
+
+
+def test_the_implementations_agree_in_logits_carry_and_gradients_with_dropout_on(setup):
+    _, params, tokens, _ = setup
+    lengths = jnp.array([7, 1, 4], jnp.int32)
+
+    def run(impl):
+        model = SentimentRNN(V, E, H, L, dropout=0.5, fc_dropout=0.3, lstm_impl=impl)
+
+        def loss(p):
+            logits, carry = model.apply({"params": p}, tokens, init_carry(B, L, H), lengths, train=True,
+                                        rngs={"dropout": jax.random.key(5)})
+            return jnp.sum(logits), (logits, carry)
+        return jax.jit(jax.grad(loss, has_aux=True))(params)
+
+    grads, outputs = run("scan")
+    for impl in sorted(IMPLEMENTATIONS):
+        # The same function and the same dropout masks, associated differently: float32 rounding, 1e-6 of scale.
+        for a, b in zip(jax.tree_util.tree_leaves(run(impl)), jax.tree_util.tree_leaves((grads, outputs))):
+            a, b = np.asarray(a), np.asarray(b)
+            assert np.abs(a - b).max() <= 1e-6 * max(1.0, np.abs(b).max()), impl
+
+
+def test_auto_resolves_to_fused_and_to_scan_under_bfloat16():
+    assert resolve_lstm_impl("auto", "float32") == resolve_lstm_impl("auto", "float64") == "fused"
+    assert resolve_lstm_impl("auto", "bfloat16") == "scan"
+    assert resolve_lstm_impl("scan", "float32") == "scan"
+
+
+def test_fused_under_bfloat16_is_refused_in_one_line_naming_the_alternatives():
+    with pytest.raises(ConfigError, match=r"^--lstm-impl fused does not implement bfloat16.*use --lstm-impl scan"):
+        resolve_lstm_impl("fused", "bfloat16")

@@ -16,10 +16,25 @@ import numpy as np
 import pytest
 from jax import lax
 
-from jax_impl.recurrence import embedding_lstm_stack, lstm_layer, lstm_stack
+from jax_impl.recurrence import embedding_lstm_stack
 
 T, B, D, H = 7, 3, 5, 4
 PRECISION = lax.Precision.HIGHEST
+
+
+def lstm_stack(x, layer_params, carries, lengths=None, dropout_masks=None, **options):
+    """The fast stack over a given (T, B, D) input: ``embedding_lstm_stack`` gathering x's own rows (a table
+    of T·B rows is not smaller than the token count, so the input projection is the plain one)."""
+    steps, batch, width = x.shape
+    rows = jnp.arange(steps * batch, dtype=jnp.int32).reshape(steps, batch)
+    return embedding_lstm_stack(x.reshape(steps * batch, width), rows, layer_params, carries, lengths,
+                                dropout_masks, **options)
+
+
+def lstm_layer(x, w_ih, w_hh, b_ih, b_hh, h0, c0, lengths=None):
+    """One fast layer: a stack of one."""
+    ys, (final,) = lstm_stack(x, [(w_ih, w_hh, b_ih, b_hh)], [(h0, c0)], lengths)
+    return ys, final
 
 
 # --- the plain reference: a lax.scan of PyTorch's cell, differentiated by JAX -------------------------------

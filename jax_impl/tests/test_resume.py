@@ -16,15 +16,17 @@ from common.checkpoint import load_checkpoint
 from common.config import parse_config
 from common.errors import CheckpointError
 from common.metrics import read_metrics
-from common.runstate import checkpoint_dirs, load_latest
+from common.runstate import Progress, checkpoint_dirs, load_latest, step_dir
 from common.data import prepare_data
 from common.params import init_params
 from jax_impl.model import model_from_config
 from jax_impl.tests.conftest import Tiny
-from jax_impl.state import DIGEST_FILE, STATE_DIR, load_training_state, save_training_state
-from jax_impl.train import PROG, create_train_state, train, zero_carry
+from jax_impl.state import CHECKSUM_FILE, STATE_ITEM, load_training_state, save_training_state
+from jax_impl.step import create_train_state, zero_carry
+from jax_impl.train import PROG, train
 
-RUN_DIR = Path("checkpoints")  # relative to each run's working directory
+RUN_DIR = Path("checkpoints")
+PROGRESS_FILE = "progress/metadata"  # Orbax's JSON item  # relative to each run's working directory
 
 
 @pytest.fixture(scope="module")
@@ -68,7 +70,7 @@ def test_a_killed_run_resumes_to_bitwise_the_same_end(small, reference, tmp_path
     command = [sys.executable, "-m", "jax_impl.train", *run_flags(small)]
     victim = subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 120
-    while not (tmp_path / RUN_DIR / "step-00000006").exists():
+    while not (tmp_path / RUN_DIR / "step_00000006").exists():
         assert victim.poll() is None, f"the run ended before it could be killed: {victim.stderr.read()}"
         assert time.monotonic() < deadline, "no checkpoint at step 6 within 120 s"
         time.sleep(0.01)
@@ -91,8 +93,8 @@ def test_a_killed_run_resumes_to_bitwise_the_same_end(small, reference, tmp_path
     # The final training state: params, Adam moments, step and carry identical.
     end_ref, end_res = (checkpoint_dirs(d / RUN_DIR)[-1] for d in (reference, tmp_path))
     assert end_ref[0] == end_res[0] == total
-    for a, b in zip(jax.tree_util.tree_leaves(load_state(small, end_ref[1])),
-                    jax.tree_util.tree_leaves(load_state(small, end_res[1]))):
+    for a, b in zip(jax.tree_util.tree_leaves(load_state(small, end_ref[1])[1]),
+                    jax.tree_util.tree_leaves(load_state(small, end_res[1])[1])):
         assert np.array_equal(np.asarray(a), np.asarray(b))
     # The best-validation neutral checkpoint too.
     best_ref, best_res = (load_checkpoint(d / "best").params for d in (reference, tmp_path))
@@ -108,13 +110,13 @@ def test_every_damaged_file_is_named_and_the_previous_checkpoint_is_used(small, 
     steps = checkpoint_dirs(reference / RUN_DIR)
     (_, newest_dir), (previous, _) = steps[-1], steps[-2]
     files = sorted(p.relative_to(newest_dir) for p in newest_dir.rglob("*") if p.is_file())
-    assert Path("progress.json") in files and Path(DIGEST_FILE) in files and len(files) > 5
+    assert Path(CHECKSUM_FILE) in files and Path(PROGRESS_FILE) in files and len(files) > 5
     for relative in files:
         root = tmp_path / str(relative).replace("/", "_")
         shutil.copytree(reference / RUN_DIR, root)
         damage(root / newest_dir.name / relative)
         progress, _, used = load_latest(root, lambda p: load_state(small, p))
-        assert progress.step == previous and used.name == f"step-{previous:08d}", relative
+        assert progress.step == previous and used.name == f"step_{previous:08d}", relative
         warning = capsys.readouterr().err
         assert str(relative.name) in warning and "falling back" in warning, (relative, warning)
 
@@ -123,7 +125,7 @@ def test_an_altered_byte_is_detected_even_when_the_size_is_unchanged(small, refe
     step_dir = checkpoint_dirs(reference / RUN_DIR)[-1][1]
     copy = tmp_path / step_dir.name
     shutil.copytree(step_dir, copy)
-    biggest = max((p for p in (copy / STATE_DIR).rglob("*") if p.is_file()), key=lambda p: p.stat().st_size)
+    biggest = max((p for p in (copy / STATE_ITEM).rglob("*") if p.is_file()), key=lambda p: p.stat().st_size)
     data = bytearray(biggest.read_bytes())
     data[len(data) // 2] ^= 0x01
     biggest.write_bytes(bytes(data))
@@ -135,6 +137,7 @@ def test_a_state_with_nonfinite_values_is_refused(tiny, tmp_path):
     state = create_train_state(tiny.model, tiny.cfg, tiny.neutral, tiny.device)
     params = jax.tree_util.tree_map(lambda x: x, state.params)
     params["fc"]["bias"] = params["fc"]["bias"] * np.nan
-    save_training_state(tmp_path, state.replace(params=params), zero_carry(tiny.model, 4, tiny.device))
+    save_training_state(tmp_path, Progress(0, 0, 0), state.replace(params=params),
+                        zero_carry(tiny.model, 4, tiny.device), keep=1)
     with pytest.raises(CheckpointError, match=r"\['params'\]\['fc'\]\['bias'\] holds non-finite values"):
-        load_state(tiny, tmp_path)
+        load_state(tiny, step_dir(tmp_path, 0))

@@ -8,7 +8,9 @@ import jax_impl.train
 from common.batches import batches
 from common.runstate import checkpoint_dirs, load_latest
 from jax_impl.state import load_training_state
-from jax_impl.train import NonFiniteError, create_train_state, train, zero_carry
+from common.loop import NonFiniteError
+from jax_impl.step import create_train_state, zero_carry
+from jax_impl.train import train
 
 
 @pytest.fixture

@@ -7,10 +7,19 @@ import pytest
 
 from common.batches import batches
 from jax_impl.model import model_from_config
-from jax_impl.train import (batch_to_device, create_train_state, evaluate, forward, make_loss_fn,
-                            make_train_step, padded_eval_batch, zero_carry)
+from common import loop
+from jax_impl.step import (TrainState, batch_to_device, create_train_state, forward, make_loss_fn, make_train_step,
+                           padded_eval_batch, zero_carry)
+from jax_impl.train import JaxTwin
 from jax_impl.convert import to_flax
 from jax_impl.loss import bce_per_example
+
+
+def evaluate(tiny, params, split):
+    """``common.loop.evaluate`` through the JAX twin, running the session's compiled ``eval_step``."""
+    twin = JaxTwin(tiny.cfg, len(tiny.data.vocab), tiny.device)
+    twin.evaluate = tiny.eval_step
+    return loop.evaluate(twin, TrainState(params=params, opt_state=None, step=None), split, tiny.cfg.batch_size)
 
 
 def first_batches(tiny, n=2):
@@ -124,17 +133,17 @@ def test_train_and_eval_steps_compile_once_per_shape_across_an_epoch(tiny):
         sizes.append(tiny.train_step._cache_size())
     assert len(sizes) > 10 and sizes[-1] == sizes[0]  # nothing compiled after the first batch
     assert len(tiny.data.val) % cfg.batch_size != 0  # the last validation batch is smaller, then padded
-    evaluate(tiny.eval_step, state.params, tiny.data.val, cfg.batch_size, tiny.device)
+    evaluate(tiny, state.params, tiny.data.val)
     before = tiny.eval_step._cache_size()
-    evaluate(tiny.eval_step, state.params, tiny.data.val, cfg.batch_size, tiny.device)
-    evaluate(tiny.eval_step, state.params, tiny.data.test, cfg.batch_size, tiny.device)
+    evaluate(tiny, state.params, tiny.data.val)
+    evaluate(tiny, state.params, tiny.data.test)
     assert tiny.eval_step._cache_size() == before
 
 
 def test_padded_evaluation_equals_the_unpadded_mean(tiny):
     params = params_of(tiny)
     split = tiny.data.val
-    loss, accuracy = evaluate(tiny.eval_step, params, split, tiny.cfg.batch_size, tiny.device)
+    loss, accuracy = evaluate(tiny, params, split)
     logits, _ = jax.jit(lambda t: tiny.model.apply({"params": params}, t, zero_carry(tiny.model, len(split))))(
         split.tokens)
     per_example = np.asarray(bce_per_example(logits, jnp.asarray(split.labels)), np.float64)

@@ -6,6 +6,7 @@ import json
 import numpy as np
 import pytest
 
+from common import loop
 from common.checkpoint import load_checkpoint, save_checkpoint
 from common.config import Config
 from common.errors import ConfigError
@@ -39,7 +40,7 @@ def test_predict_scores_texts_from_a_saved_checkpoint(tmp_path, tiny_cfg, tiny_d
     assert [r["text"] for r in rows] == texts
     # The same code on the same CPU: equal up to JSON's float printing, which is exact for float64.
     np.testing.assert_allclose([r["prob"] for r in rows], expected, rtol=0, atol=1e-7)
-    assert all(r["label"] == ("positive" if r["prob"] >= 0.5 else "negative") for r in rows)
+    assert all(r["label"] == ("positive" if r["prob"] > 0.5 else "negative") for r in rows)
 
 
 def test_predict_prints_one_line_per_text(tmp_path, tiny_cfg, tiny_data, capsys):
@@ -81,10 +82,10 @@ def test_device_auto_is_cuda_when_present_else_cpu():
 def test_init_from_starts_from_the_checkpoint_weights_and_vocabulary(tmp_path, tiny_cfg, tiny_data):
     model = model_from_config(tiny_cfg.replace(seed=7), len(tiny_data.vocab))
     save_checkpoint(tmp_path / "ckpt", export_params(model), tiny_cfg, tiny_data.vocab, tiny_data.tokenizer)
-    cfg, data, started = torch_train._load_run(tiny_cfg.replace(init_from=str(tmp_path / "ckpt"), device="cpu"))
+    cfg, data, started = loop.load_run(tiny_cfg.replace(init_from=str(tmp_path / "ckpt"), device="cpu"))
     assert data.vocab == tiny_data.vocab
-    for name, value in export_params(started).items():
-        assert value.tobytes() == export_params(model)[name].tobytes(), name
+    for name, value in export_params(model).items():
+        assert started[name].tobytes() == value.tobytes(), name
 
 
 def test_short_run_on_the_real_corpus(tmp_path):

@@ -146,8 +146,8 @@ def test_two_processes_train_what_one_process_trains(one_process, two_processes)
 
 def test_the_training_checkpoint_holds_the_global_carry(one_process, two_processes):
     # The ranks' carries, gathered in rank order, are the single process's carry over the whole batch.
-    one = load_file(str(one_process / "checkpoints" / f"step-{STEPS:08d}" / "carry.safetensors"))
-    two = load_file(str(two_processes[0] / "checkpoints" / f"step-{STEPS:08d}" / "carry.safetensors"))
+    one = load_file(str(one_process / "checkpoints" / f"step_{STEPS:08d}" / "carry.safetensors"))
+    two = load_file(str(two_processes[0] / "checkpoints" / f"step_{STEPS:08d}" / "carry.safetensors"))
     assert one["h"].shape == two["h"].shape == (2, 50, 32)
     np.testing.assert_allclose(two["h"], one["h"], atol=1e-5)
     np.testing.assert_allclose(two["c"], one["c"], atol=1e-5)

@@ -12,6 +12,7 @@ import torch
 from safetensors.torch import load_file
 
 from common.errors import ConfigError
+from common.loop import NonFiniteError
 from common.metrics import read_metrics
 from common.runstate import checkpoint_dirs, load_latest
 from torch_impl import train as torch_train
@@ -38,7 +39,7 @@ def test_resume_after_sigkill_is_bitwise_the_uninterrupted_run(tmp_path, tiny_cf
                     "--save-dir", str(cut_dir / "best"), cwd=cut_dir)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and cut.poll() is None:
-        runs = list((cut_dir / "runs").glob("*/step-*"))
+        runs = list((cut_dir / "runs").glob("*/step_*"))
         if any(int(p.name[5:]) >= 10 for p in runs):
             cut.send_signal(signal.SIGKILL)  # mid-run, possibly mid-write: no chance to tidy up
             break
@@ -52,16 +53,17 @@ def test_resume_after_sigkill_is_bitwise_the_uninterrupted_run(tmp_path, tiny_cf
     resumed = run_cli("torch_impl.train", *args, "--metrics-out", str(cut_dir / "metrics.jsonl"),
                       "--save-dir", str(cut_dir / "best"), "--resume", str(run_dir), cwd=cut_dir)
     assert resumed.returncode == 0, resumed.stderr
-    assert f"resumed from {run_dir / f'step-{killed_at:08d}'}" in resumed.stderr
+    assert f"resumed from {run_dir / f'step_{killed_at:08d}'}" in resumed.stderr
 
-    final = f"step-{24 * EPOCHS:08d}"
+    final = f"step_{24 * EPOCHS:08d}"
     for name in (MODEL_FILE, OPTIMIZER_FILE, CARRY_FILE, RNG_FILE):
         a = load_file(str(_only_run_dir(full_dir) / final / name))
         b = load_file(str(run_dir / final / name))
         assert a.keys() == b.keys()
         for key in a:
             assert torch.equal(a[key], b[key]), f"{name}: {key}"
-    assert (full_dir / "best" / "model.safetensors").read_bytes() == (cut_dir / "best" / "model.safetensors").read_bytes()
+    best = Path("best") / "model.safetensors"
+    assert (full_dir / best).read_bytes() == (cut_dir / best).read_bytes()
     # The metrics file has every step once, no gap, and the same numbers.
     full_records = read_metrics(full_dir / "metrics.jsonl", timing=False)
     cut_records = read_metrics(cut_dir / "metrics.jsonl", timing=False)
@@ -87,7 +89,7 @@ def _truncate(path: Path) -> None:
 
 @pytest.fixture(scope="module")
 def three_checkpoints(tmp_path_factory, tiny_cfg):
-    """A run directory holding step-2, step-4 and step-6."""
+    """A run directory holding step_2, step_4 and step_6."""
     folder = tmp_path_factory.mktemp("ckpts")
     with pytest.MonkeyPatch.context() as mp:
         _short_run(folder, mp, tiny_cfg, max_steps=6)
@@ -100,10 +102,10 @@ def test_a_damaged_state_file_is_named_and_the_previous_checkpoint_used(tmp_path
                                                                          capsys):
     root = tmp_path / "run"
     shutil.copytree(three_checkpoints, root)
-    damage(root / "step-00000006" / name)
+    damage(root / "step_00000006" / name)
     progress, state, path = load_latest(root, load_training_state)
-    assert progress.step == 4 and path.name == "step-00000004"
-    assert f"{root / 'step-00000006' / name}:" in capsys.readouterr().err
+    assert progress.step == 4 and path.name == "step_00000004"
+    assert f"{root / 'step_00000006' / name}:" in capsys.readouterr().err
 
 
 def test_resume_refuses_other_trajectory_settings(tmp_path, three_checkpoints, tiny_cfg):
@@ -130,11 +132,11 @@ def _poison_gradient_at(monkeypatch, step: int) -> None:
 
 def test_nonfinite_step_stops_naming_it_and_keeps_the_good_checkpoint(tmp_path, monkeypatch, tiny_cfg):
     _poison_gradient_at(monkeypatch, 3)
-    with pytest.raises(torch_train.NonFiniteError, match=r"step 3 .*not finite"):
+    with pytest.raises(NonFiniteError, match=r"step 3 .*not finite"):
         _short_run(tmp_path, monkeypatch, tiny_cfg, max_steps=6)
     run_dir = _only_run_dir(tmp_path)
     assert [step for step, _ in checkpoint_dirs(run_dir)] == [2]
-    params = load_file(str(run_dir / "step-00000002" / MODEL_FILE))
+    params = load_file(str(run_dir / "step_00000002" / MODEL_FILE))
     assert all(torch.isfinite(t).all() for t in params.values())
 
 
@@ -144,11 +146,11 @@ def test_skip_nonfinite_skips_and_counts(tmp_path, monkeypatch, tiny_cfg):
     result = _short_run(tmp_path, monkeypatch, tiny_cfg, max_steps=6, skip_nonfinite=True,
                         metrics_out=str(metrics))
     assert result["steps"] == 6 and result["skipped_steps"] == 1
-    record = read_metrics(metrics, timing=False)[2]
+    record = read_metrics(metrics, timing=False)[3]  # after the run record and steps 1, 2
     assert record == {"step": 3, "epoch": 1, "loss": None}  # null: the step was skipped
-    adam = load_file(str(_only_run_dir(tmp_path) / "step-00000006" / OPTIMIZER_FILE))
+    adam = load_file(str(_only_run_dir(tmp_path) / "step_00000006" / OPTIMIZER_FILE))
     assert adam["fc.bias.step"].item() == 5  # five updates in six steps
-    assert json.loads((_only_run_dir(tmp_path) / "step-00000006" / "progress.json").read_text())["skipped"] == 1
+    assert json.loads((_only_run_dir(tmp_path) / "step_00000006" / "progress.json").read_text())["skipped"] == 1
 
 
 def test_nan_output_is_a_nonfinite_step_too(tmp_path, monkeypatch, tiny_cfg):

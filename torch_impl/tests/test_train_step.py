@@ -9,7 +9,9 @@ import torch
 from common.batches import Batch, batches
 from common.data import prepare_data
 from torch_impl.model import model_from_config
-from torch_impl.train import eval_step, evaluate, make_optimizer, repackage_hidden, train_step
+from common.loop import evaluate
+from torch_impl.step import eval_step, make_optimizer, repackage_hidden, train_step
+from torch_impl.train import TorchTwin
 
 
 def _setup(cfg, data, dtype=torch.float64):
@@ -48,14 +50,14 @@ def test_gradient_reaches_the_previous_batch_only_without_detach(cfg, tiny_data,
         assert h0.grad is not None and h0.grad.abs().sum() > 0
 
 
-def test_carry_is_carried_across_training_batches(cfg, tiny_data):
+def test_the_returned_carry_is_the_next_batchs_starting_state(cfg, tiny_data):
     first, second = _train_batches(tiny_data, cfg)
     losses = {}
-    for carry in ("stateful", "reset"):
+    for carry in ("stateful", "reset"):  # reset: the loop hands the step zeros instead
         model, optimizer = _setup(cfg, tiny_data)
-        hidden = model.init_hidden(cfg.batch_size)
-        loss1, hidden = train_step(model, optimizer, hidden, first, cfg.replace(carry=carry))
-        loss2, hidden = train_step(model, optimizer, hidden, second, cfg.replace(carry=carry))
+        loss1, hidden = train_step(model, optimizer, model.init_hidden(cfg.batch_size), first, cfg)
+        hidden = model.init_hidden(cfg.batch_size) if carry == "reset" else hidden
+        loss2, hidden = train_step(model, optimizer, hidden, second, cfg)
         losses[carry] = (loss1.item(), loss2.item())
     assert losses["stateful"][0] == losses["reset"][0]  # both start from zeros
     assert abs(losses["stateful"][1] - losses["reset"][1]) > 1e-8  # only the carry differs
@@ -142,7 +144,7 @@ def test_skip_nonfinite_changes_nothing(cfg, tiny_data):
 def test_eval_step_sums_bce_and_counts_correct(cfg, tiny_data):
     model, _ = _setup(cfg, tiny_data)
     batch = next(batches(tiny_data.val, 5))
-    loss_sum, correct = eval_step(model, batch)
+    loss_sum, correct = (float(x) for x in eval_step(model, batch))
     probs, _ = model.eval()(torch.from_numpy(batch.tokens).long(), model.init_hidden(5))
     p, y = probs.detach().numpy(), batch.labels
     expected = -(y * np.log(p) + (1 - y) * np.log(1 - p)).sum()
@@ -154,7 +156,9 @@ def test_evaluate_reads_every_example_once(cfg, tiny_data):
     model, _ = _setup(cfg, tiny_data)
     split = tiny_data.val  # 12 examples; batch 5 leaves a last batch of 2
     whole = Batch(split.tokens, split.labels, np.maximum(split.lengths, 1))
-    loss_sum, correct = eval_step(model, whole)
-    mean_loss, accuracy = evaluate(model, split, cfg.replace(batch_size=5))
+    loss_sum, correct = (float(x) for x in eval_step(model, whole))
+    twin = TorchTwin(cfg.replace(batch_size=5), len(tiny_data.vocab), torch.device("cpu"), None)
+    twin.model = model
+    mean_loss, accuracy = evaluate(twin, None, split, 5)
     assert mean_loss == pytest.approx(loss_sum / len(split), rel=1e-12)
     assert accuracy == correct / len(split)

@@ -1,0 +1,213 @@
+"""The one training loop. ``python -m torch_impl.train`` and ``python -m jax_impl.train`` are this loop over
+their own :class:`Twin`; the twins differ only where the frameworks do.
+
+    for each epoch:      carry = zeros
+        for each batch:  carry = zeros under --carry reset
+                         state, carry, loss = twin.train_step(state, carry, batch)   (the twin truncates the carry)
+                         validate every --log-every steps and at each epoch's end; --save-dir keeps the best
+                         a training checkpoint every --checkpoint-every steps and at each epoch's end
+    test: with the best validation's weights under --save-dir, else the final ones
+
+Everything here is numpy and Python: batches (``common.batches``) go in, the twin's opaque ``state`` and
+``carry`` come back, and host numbers are all the loop reads from them.
+"""
+from __future__ import annotations
+
+import math
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable, Protocol
+
+from tqdm import tqdm
+
+from common.batches import Batch, batches, num_train_batches
+from common.checkpoint import load_checkpoint, save_checkpoint
+from common.config import Config
+from common.data import Dataset, EncodedSplit, prepare_data
+from common.errors import UserError
+from common.files import check_writable
+from common.metrics import MetricsLog, log_line
+from common.params import Params, init_params
+from common.runstate import Progress, checkpoint_root, load_latest, trajectory_settings
+
+
+class NonFiniteError(UserError):
+    """A training step's loss or gradient is not finite (and --skip-nonfinite was not given)."""
+
+
+class Twin(Protocol):
+    """All the loop knows of a framework. ``state`` (parameters and optimizer state) and ``carry`` (the
+    hidden state of this process's rows) are the twin's own objects, which the loop only hands back.
+
+    ``record``: what ran, written into the metrics log, the neutral checkpoint's meta and the result:
+    ``{"framework", <library>: version, "device", "devices", "dtype", "lstm_impl"}``. ``is_main``: this
+    process prints and writes files (always, in a single-process run).
+    """
+
+    record: dict[str, Any]
+    is_main: bool
+
+    def init_state(self, params: Params) -> Any:
+        """The starting state from neutral parameters: those parameters, a fresh Adam, step 0."""
+
+    def init_carry(self) -> Any:
+        """Zeros for this process's rows of a batch."""
+
+    def train_step(self, state: Any, carry: Any, batch: Batch) -> tuple[Any, Any, float]:
+        """One optimizer step on the global ``batch``: ``(state, carry, loss)``, the loss the batch's mean BCE
+        on the host, NaN when the loss or the gradient is not finite (then, under --skip-nonfinite, state and
+        carry come back unchanged). A :class:`UserError` it raises gets the step's number in front."""
+
+    def eval_step(self, state: Any, batch: Batch) -> tuple[Any, Any]:
+        """``(sum of BCE, number correct)`` over this process's rows of ``batch``, from a zero carry, dropout
+        off; any scalars ``float``/``int`` accept (read only after the whole split is dispatched)."""
+
+    def sum_over_processes(self, loss_sum: float, correct: int) -> tuple[float, int]:
+        """The sums over every process of a data-parallel run (the identity in one process)."""
+
+    def export_params(self, state: Any) -> Params:
+        """The state's parameters as neutral float32 arrays."""
+
+    def import_params(self, state: Any, read: Callable[[], Params]) -> Any:
+        """``state`` holding the neutral parameters ``read()`` returns (called on the main process only)."""
+
+    def save_state(self, root: Path, progress: Progress, state: Any, carry: Any, keep: int) -> None:
+        """Write a training checkpoint of step ``progress.step`` under ``root``, keeping the newest ``keep``."""
+
+    def restore_state(self, path: Path, state: Any, carry: Any) -> tuple[Progress, tuple[Any, Any]]:
+        """Read the training checkpoint in ``path`` (shaped like ``state`` and ``carry``); damage is a
+        :class:`common.errors.CheckpointError` naming the file."""
+
+
+def load_run(cfg: Config) -> tuple[Config, Dataset, Params]:
+    """``(cfg, data, initial neutral params)``: from --init-from (its weights, vocabulary and tokenizer, and
+    its model settings in ``cfg``) or the shared seeded initialisation."""
+    if cfg.init_from:
+        ckpt = load_checkpoint(cfg.init_from, cfg)
+        return ckpt.config, prepare_data(ckpt.config, vocab=ckpt.vocab, tokenizer=ckpt.tokenizer), ckpt.params
+    data = prepare_data(cfg)
+    return cfg, data, init_params(len(data.vocab), cfg.embed_dim, cfg.hidden_dim, cfg.layers, seed=cfg.seed)
+
+
+def evaluate(twin: Twin, state: Any, split: EncodedSplit, batch_size: int) -> tuple[float, float]:
+    """``(mean BCE, accuracy)`` over every example of ``split`` once (sums over examples, divided once)."""
+    if not len(split):
+        return math.nan, math.nan
+    sums = [twin.eval_step(state, batch) for batch in batches(split, batch_size)]  # dispatched, then read
+    loss_sum, correct = twin.sum_over_processes(math.fsum(float(s) for s, _ in sums), sum(int(c) for _, c in sums))
+    return loss_sum / len(split), correct / len(split)
+
+
+def train(cfg: Config, make_twin: Callable[[Config, int], Twin]) -> dict[str, Any]:
+    """Train as the seed does (see common.config for every knob). ``make_twin(cfg, vocab_size)`` builds the
+    framework's side once the data is known. Returns the run's result: test_loss, test_accuracy, val_loss,
+    val_accuracy, best_val_loss, steps, skipped_steps, train_seconds, and the twin's record."""
+    cfg, data, params = load_run(cfg)
+    twin = make_twin(cfg, len(data.vocab))
+    is_main = twin.is_main
+    if cfg.save_dir and is_main:
+        check_writable(Path(cfg.save_dir), "--save-dir")
+    run_dir = checkpoint_root(cfg, f"{twin.record['framework']}_impl") if cfg.checkpoint_every else None
+    if run_dir is not None and is_main:
+        check_writable(run_dir, "training checkpoints:")
+
+    state, carry = twin.init_state(params), None
+    progress = Progress(step=0, epoch=0, batch=0)
+    if cfg.resume:
+        progress, (state, carry), path = load_latest(
+            cfg.resume, lambda p: twin.restore_state(p, state, twin.init_carry()), cfg=cfg)
+        if is_main:
+            print(f"resumed from {path} (step {progress.step}, epoch {progress.epoch + 1}, batch {progress.batch})",
+                  file=sys.stderr)
+    elif run_dir is not None and is_main:
+        print(f"training checkpoints: {run_dir} (continue a stopped run with --resume {run_dir})", file=sys.stderr)
+
+    per_epoch = num_train_batches(len(data.train), cfg.batch_size)
+    total = min(cfg.epochs * per_epoch, cfg.max_steps or math.inf)
+    step, skipped, best_val_loss, last_val = progress.step, progress.skipped, progress.best_val_loss, progress.last_val
+    settings = trajectory_settings(cfg)
+    train_seconds = 0.0
+    metrics = MetricsLog(cfg.metrics_out if is_main else None, truncate_after=progress.step if cfg.resume else None)
+    if not cfg.resume:
+        metrics.write(step=0, run=twin.record)
+
+    def validate() -> None:
+        nonlocal last_val
+        loss, accuracy = evaluate(twin, state, data.val, cfg.batch_size)
+        last_val = {"step": step, "loss": loss, "accuracy": accuracy}
+        metrics.write(step=step, split="val", loss=loss, accuracy=accuracy, train_seconds=round(train_seconds, 4))
+
+    def keep_if_best(epoch: int) -> None:
+        """--save-dir: the weights of the best validation loss so far (epoch ends and the run's end)."""
+        nonlocal best_val_loss
+        if cfg.save_dir and (best_val_loss is None or last_val["loss"] < best_val_loss):
+            best_val_loss = last_val["loss"]
+            if is_main:
+                save_checkpoint(cfg.save_dir, twin.export_params(state), cfg, data.vocab, data.tokenizer,
+                                meta={**twin.record, "step": step, "epoch": epoch + 1, "val_loss": last_val["loss"],
+                                      "val_accuracy": last_val["accuracy"]})
+
+    with metrics, tqdm(total=total, initial=step, disable=not (cfg.progress and is_main), desc="train", unit="step",
+                       dynamic_ncols=True) as bar:
+        for epoch in range(progress.epoch, cfg.epochs):
+            if step >= total:
+                break
+            start = progress.batch if epoch == progress.epoch else 0
+            if start == 0 or carry is None:
+                carry = twin.init_carry()  # zeros at the start of every epoch
+            for i, batch in enumerate(batches(data.train, cfg.batch_size, shuffle_seed=cfg.seed, epoch=epoch,
+                                              start=start), start=start):
+                if cfg.carry == "reset":
+                    carry = twin.init_carry()
+                step += 1
+                tic = time.perf_counter()
+                try:
+                    state, carry, loss = twin.train_step(state, carry, batch)
+                except UserError as err:
+                    raise type(err)(f"step {step}: {err}") from None
+                train_seconds += time.perf_counter() - tic
+                finite = math.isfinite(loss)
+                if not finite:
+                    if not cfg.skip_nonfinite:
+                        raise NonFiniteError(
+                            f"step {step} (epoch {epoch + 1}): the loss or gradient is not finite (loss {loss}); "
+                            f"training stopped, the last good training checkpoint (if any) is kept. Lower --lr, "
+                            f"or pass --skip-nonfinite to skip such steps")
+                    skipped += 1
+                metrics.write(step=step, epoch=epoch + 1, loss=loss if finite else None,
+                              train_seconds=round(train_seconds, 4))
+                bar.update(1)
+                bar.set_postfix(loss=f"{loss:.4f}", refresh=False)
+
+                epoch_end, stop = i + 1 == per_epoch, step >= total
+                if cfg.log_every and step % cfg.log_every == 0:
+                    validate()
+                    if is_main:
+                        bar.write(log_line(epoch + 1, cfg.epochs, step, loss, last_val["loss"], last_val["accuracy"]))
+                if epoch_end or stop:  # every epoch's end, and where --max-steps stops the run
+                    if last_val is None or last_val["step"] != step:
+                        validate()
+                    keep_if_best(epoch)
+                if run_dir is not None and (step % cfg.checkpoint_every == 0 or epoch_end or stop):
+                    where = (epoch + 1, 0) if epoch_end else (epoch, i + 1)
+                    twin.save_state(run_dir, Progress(step, *where, skipped, best_val_loss, settings, last_val),
+                                    state, carry, cfg.keep_checkpoints)
+                if stop:
+                    break
+        if last_val is None or last_val["step"] != step:  # e.g. a run of no steps
+            validate()
+        if cfg.save_dir and best_val_loss is not None:
+            state = twin.import_params(state, lambda: load_checkpoint(cfg.save_dir, cfg).params)
+        test_loss, test_accuracy = evaluate(twin, state, data.test, cfg.batch_size)
+        metrics.write(step=step, split="test", loss=test_loss, accuracy=test_accuracy,
+                      train_seconds=round(train_seconds, 4))
+
+    result = {"test_loss": test_loss, "test_accuracy": test_accuracy, "val_loss": last_val["loss"],
+              "val_accuracy": last_val["accuracy"], "best_val_loss": best_val_loss, "steps": step,
+              "skipped_steps": skipped, "train_seconds": train_seconds, **twin.record}
+    if is_main:
+        print(f"done: {step} steps ({skipped} skipped) in {train_seconds:.1f}s of training; "
+              f"val loss {result['val_loss']:.4f} acc {result['val_accuracy']:.4f}; "
+              f"test loss {test_loss:.4f} acc {test_accuracy:.4f}")
+    return result

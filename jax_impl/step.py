@@ -1,0 +1,228 @@
+"""The JAX twin's steps: the training state, and the pure functions that jit compiles.
+
+    state, carry, metrics = train_step(state, carry, batch, key)     # jitted, state donated
+    loss_sum, correct     = eval_step(params, batch)                 # jitted, zero carry
+
+The seed's ``h.detach()`` is ``jax.lax.stop_gradient(carry)`` in :func:`make_loss_fn`. Everything random comes
+from keys: the dropout key of a step is ``fold_in(key(cfg.seed), state.step)``.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from flax import struct
+
+from common.batches import Batch
+from common.config import Config
+from common.errors import ConfigError
+from jax_impl.convert import to_flax
+from jax_impl.distributed import Where, put
+from jax_impl.loss import bce_loss, bce_per_example, predictions
+from jax_impl.model import Carry, SentimentRNN, compute_dtype, init_carry, param_dtype_for
+from jax_impl.optim import global_norm_torch, make_optimizer
+
+
+class TrainState(struct.PyTreeNode):
+    """``params`` (Flax pytree), ``opt_state`` (optax), ``step`` (int32 scalar: steps taken, skipped included)."""
+
+    params: Any
+    opt_state: Any
+    step: jax.Array
+
+
+class StepMetrics(struct.PyTreeNode):
+    """Per step: ``loss`` (the batch's mean BCE before the update), ``grad_norm`` (‖g‖₂ before clipping),
+    ``finite`` (both finite; when False and --skip-nonfinite, the update was not applied)."""
+
+    loss: jax.Array
+    grad_norm: jax.Array
+    finite: jax.Array
+
+
+DeviceBatch = dict[str, jax.Array]  # "tokens" (B, T) int32, "labels" (B,) float32, "lengths" (B,) int32[, "weights"]
+
+
+# ---------------------------------------------------------------- devices and dtypes
+
+
+def resolve_device(name: str) -> jax.Device:
+    """``--device`` → a JAX device: auto (JAX's default backend: an accelerator when present), cpu, gpu
+    (alias cuda) or tpu. A platform JAX cannot see is a :class:`ConfigError`."""
+    platform = {"auto": None, "cpu": "cpu", "gpu": "gpu", "cuda": "gpu", "tpu": "tpu"}[name]
+    try:
+        # This process's first device (on several hosts, jax.devices()[0] belongs to process 0).
+        return jax.local_devices(backend=platform)[0] if platform else jax.local_devices()[0]
+    except RuntimeError:
+        seen = ", ".join(sorted({d.platform for d in jax.devices()}))
+        raise ConfigError(f"--device {name}: JAX sees no {platform} device here (it sees: {seen}); "
+                          f"install the matching jax build or use --device cpu") from None
+
+
+def resolve_dtype(name: str) -> Any:
+    """``--dtype`` → the compute dtype; float64 switches on JAX's x64 mode, before any array is made."""
+    if name == "float64" and not jax.config.jax_enable_x64:
+        jax.config.update("jax_enable_x64", True)
+    return compute_dtype(name)
+
+
+def carry_dtype(model: SentimentRNN) -> Any:
+    """The carry's dtype: float32 under bfloat16 compute (the state keeps full precision), else the compute dtype."""
+    return param_dtype_for(model.dtype)
+
+
+def zero_carry(model: SentimentRNN, batch_size: int, device: Where | None = None) -> Carry:
+    """The zero carry for ``model``; placed on (committed to) ``device`` when one is given (a device, or a
+    batch-axis sharding under --devices).
+
+    The training loop always passes its device: jit compiles again when an argument switches between
+    committed and uncommitted placement, so everything a step sees is committed to the same device."""
+    carry = init_carry(batch_size, model.layers, model.hidden_dim, carry_dtype(model))
+    return carry if device is None else jax.device_put(carry, device)
+
+
+# ---------------------------------------------------------------- batches
+
+
+def batch_to_device(batch: Batch, device: Where | None = None) -> DeviceBatch:
+    """A numpy :class:`common.batches.Batch` → ``{"tokens" (B, T) int32, "labels" (B,) float32,
+    "lengths" (B,) int32}`` on ``device`` (default: JAX's default device)."""
+    arrays = {"tokens": np.asarray(batch.tokens, np.int32), "labels": np.asarray(batch.labels, np.float32),
+              "lengths": np.asarray(batch.lengths, np.int32)}
+    return {k: put(v, device) for k, v in arrays.items()}
+
+
+def padded_eval_batch(batch: Batch, batch_size: int, device: Where | None = None) -> DeviceBatch:
+    """An evaluation batch padded up to ``batch_size`` rows, with ``"weights"`` (B,) 1 for real rows and 0
+    for padding, so ``eval_step`` compiles once for every batch of a split."""
+    n = batch.size
+    pad = batch_size - n
+
+    def grow(a: np.ndarray, fill: int) -> np.ndarray:
+        return np.concatenate([a, np.full((pad, *a.shape[1:]), fill, a.dtype)]) if pad else a
+
+    padded = Batch(grow(batch.tokens, 0), grow(batch.labels, 0), grow(batch.lengths, 1))
+    out = batch_to_device(padded, device)
+    out["weights"] = put(np.concatenate([np.ones(n, np.float32), np.zeros(pad, np.float32)]), device)
+    return out
+
+
+# ---------------------------------------------------------------- forward pass and loss
+
+
+def forward(model: SentimentRNN, params: Any, batch: DeviceBatch, carry: Carry, key: jax.Array, *, train: bool,
+            use_lengths: bool, tbptt: int = 0, truncate_chunks: bool = True) -> tuple[jax.Array, Carry]:
+    """Logits (B,) of the final step and the new carry, for the whole batch or in truncated-BPTT chunks.
+
+    ``tbptt`` K (0 < K < T): the T steps run as chunks of K (a ``lax.scan`` over the full chunks, then a
+    shorter last chunk when K does not divide T), the carry passed from chunk to chunk. ``truncate_chunks``
+    puts a ``stop_gradient`` on the carry at every chunk boundary: that is what makes the gradient truncated
+    (without it, it is the full-BPTT gradient). The loss reads only the final chunk's logits.
+    """
+    lengths = batch["lengths"] if use_lengths else None
+    tokens = batch["tokens"]
+    seq_len = tokens.shape[1]
+    if not tbptt or tbptt >= seq_len:
+        return model.apply({"params": params}, tokens, carry, lengths, train=train, rngs={"dropout": key})
+
+    def run_chunk(carry: Carry, chunk: jax.Array, index: jax.Array) -> tuple[jax.Array, Carry]:
+        logits, carry = model.apply({"params": params}, chunk, carry, None, train=train,
+                                    rngs={"dropout": jax.random.fold_in(key, index)})
+        if truncate_chunks:
+            carry = jax.lax.stop_gradient(carry)  # the chunk boundary: no gradient into earlier chunks
+        return logits, carry
+
+    full, rest = divmod(seq_len, tbptt)
+    chunks = tokens[:, :full * tbptt].reshape(tokens.shape[0], full, tbptt).swapaxes(0, 1)  # (n, B, K)
+
+    def body(carry: Carry, xs: tuple[jax.Array, jax.Array]) -> tuple[Carry, jax.Array]:
+        index, chunk = xs
+        logits, carry = run_chunk(carry, chunk, index)
+        return carry, logits
+
+    carry, chunk_logits = jax.lax.scan(body, carry, (jnp.arange(full, dtype=jnp.int32), chunks))
+    logits = chunk_logits[-1]
+    if rest:
+        logits, carry = run_chunk(carry, tokens[:, full * tbptt:], jnp.int32(full))
+    return logits, carry
+
+
+def make_loss_fn(model: SentimentRNN, cfg: Config, *, truncate_chunks: bool = True
+                 ) -> Callable[[Any, Carry, DeviceBatch, jax.Array], tuple[jax.Array, Carry]]:
+    """``loss_fn(params, carry, batch, dropout_key) -> (mean BCE, new carry)`` in training mode."""
+    use_lengths = cfg.padding == "right"
+
+    def loss_fn(params: Any, carry: Carry, batch: DeviceBatch, dropout_key: jax.Array) -> tuple[jax.Array, Carry]:
+        if cfg.detach:
+            # The seed's h.detach() (truncation at the batch boundary). In JAX the incoming carry is an input
+            # of this function, not a graph reaching into the previous batch, so the parameter gradient is
+            # the same with or without it (--no-detach changes nothing there, unlike PyTorch's error); it
+            # zeroes d loss / d carry and states the intent.
+            carry = jax.lax.stop_gradient(carry)
+        logits, new_carry = forward(model, params, batch, carry, dropout_key, train=True, use_lengths=use_lengths,
+                                    tbptt=cfg.tbptt, truncate_chunks=truncate_chunks)
+        return bce_loss(logits, batch["labels"]), new_carry
+
+    return loss_fn
+
+
+# ---------------------------------------------------------------- steps
+
+
+def create_train_state(model: SentimentRNN, cfg: Config, neutral_params: dict[str, np.ndarray],
+                       device: Where | None = None) -> TrainState:
+    """The starting state from neutral parameters (common.params.init_params or a checkpoint): float32
+    params (float64 under --dtype float64), a fresh optimizer state, step 0."""
+    params = jax.device_put(to_flax(neutral_params, dtype=param_dtype_for(model.dtype)), device)
+    state = TrainState(params=params, opt_state=make_optimizer(cfg).init(params), step=np.int32(0))
+    return jax.device_put(state, device)  # one placement for all of it (see zero_carry)
+
+
+def make_train_step(model: SentimentRNN, cfg: Config, *, truncate_chunks: bool = True
+                    ) -> Callable[[TrainState, Carry, DeviceBatch, jax.Array], tuple[TrainState, Carry, StepMetrics]]:
+    """The jitted pure step ``train_step(state, carry, batch, key) -> (state, carry, metrics)``; ``state``
+    is donated. ``key`` is the run's base key; the step's dropout key is ``fold_in(key, state.step)``.
+    ``truncate_chunks`` (tests only) switches off the stop_gradient at --tbptt chunk boundaries."""
+    tx = make_optimizer(cfg)
+    grad_fn = jax.value_and_grad(make_loss_fn(model, cfg, truncate_chunks=truncate_chunks), has_aux=True)
+
+    def train_step(state: TrainState, carry: Carry, batch: DeviceBatch, key: jax.Array
+                   ) -> tuple[TrainState, Carry, StepMetrics]:
+        (loss, new_carry), grads = grad_fn(state.params, carry, batch, jax.random.fold_in(key, state.step))
+        grad_norm = global_norm_torch(grads)
+        finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
+        updates, opt_state = tx.update(grads, state.opt_state, state.params)
+        params = optax.apply_updates(state.params, updates)
+        if cfg.skip_nonfinite:
+            # A non-finite step leaves params, optimizer state and carry as they were (inside the jitted
+            # step, so nothing leaves the device to decide it).
+            def keep_if_bad(new: Any, old: Any) -> Any:
+                return jax.tree_util.tree_map(lambda a, b: jnp.where(finite, a, b), new, old)
+
+            params = keep_if_bad(params, state.params)
+            opt_state = keep_if_bad(opt_state, state.opt_state)
+            new_carry = keep_if_bad(new_carry, carry)
+        new_state = TrainState(params=params, opt_state=opt_state, step=state.step + 1)
+        return new_state, new_carry, StepMetrics(loss=loss, grad_norm=grad_norm, finite=finite)
+
+    return jax.jit(train_step, donate_argnums=(0,))
+
+
+def make_eval_step(model: SentimentRNN, cfg: Config) -> Callable[[Any, DeviceBatch], tuple[jax.Array, jax.Array]]:
+    """The jitted ``eval_step(params, batch) -> (loss_sum, correct)``: from a zero carry, no dropout; sums
+    weighted by ``batch["weights"]`` (padding rows weigh 0)."""
+    use_lengths = cfg.padding == "right"
+
+    def eval_step(params: Any, batch: DeviceBatch) -> tuple[jax.Array, jax.Array]:
+        carry = zero_carry(model, batch["tokens"].shape[0])
+        lengths = batch["lengths"] if use_lengths else None
+        logits, _ = model.apply({"params": params}, batch["tokens"], carry, lengths, train=False)
+        real = batch["weights"] > 0
+        losses = jnp.where(real, bce_per_example(logits, batch["labels"]), 0)
+        correct = jnp.where(real, predictions(logits) == batch["labels"].astype(logits.dtype), False)
+        return jnp.sum(losses), jnp.sum(correct.astype(jnp.int32))
+
+    return jax.jit(eval_step)

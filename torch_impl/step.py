@@ -1,0 +1,110 @@
+"""The PyTorch twin's steps: the seed's training step (with ``repackage_hidden``) and evaluation step.
+
+    loss, hidden = train_step(model, optimizer, hidden, batch, cfg)   # detach, forward, BCE, backward, clip, Adam
+    loss_sum, correct = eval_step(model, batch)                      # zero hidden state, dropout off
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from common.batches import Batch
+from common.config import Config
+from common.errors import ConfigError
+from torch_impl.model import Hidden, SentimentRNN
+
+DTYPES = {"float32": torch.float32, "float64": torch.float64}
+
+
+def resolve_device(name: str) -> torch.device:
+    """``auto``: CUDA when PyTorch sees a GPU, else the CPU; ``gpu``/``cuda``: CUDA or a ConfigError."""
+    if name == "tpu":
+        raise ConfigError("--device tpu is not supported by torch_impl (use jax_impl, or --device cpu/gpu)")
+    if name in ("gpu", "cuda") and not torch.cuda.is_available():
+        raise ConfigError(f"--device {name}: PyTorch sees no CUDA GPU here (torch {torch.__version__}); "
+                          f"use --device cpu or auto")
+    if name == "cpu" or (name == "auto" and not torch.cuda.is_available()):
+        return torch.device("cpu")
+    return torch.device("cuda")
+
+
+def resolve_dtype(name: str) -> torch.dtype:
+    if name not in DTYPES:
+        raise ConfigError(f"--dtype {name} is not supported by torch_impl (use float32 or float64)")
+    return DTYPES[name]
+
+
+def make_optimizer(model: nn.Module, cfg: Config) -> torch.optim.Adam:
+    """Adam(lr=cfg.lr) with PyTorch's defaults: betas (0.9, 0.999), eps 1e-8."""
+    return torch.optim.Adam(model.parameters(), lr=cfg.lr)
+
+
+def to_device(batch: Batch, model: nn.Module) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``tokens`` (B, T) long and ``labels`` (B,) in the model's dtype on its device; ``lengths`` (B,) CPU."""
+    weight = next(model.parameters())  # (the model may be wrapped in DDP, which has no .fc)
+    tokens = torch.from_numpy(batch.tokens).to(weight.device).long()
+    labels = torch.from_numpy(batch.labels).to(weight.device, weight.dtype)
+    return tokens, labels, torch.from_numpy(batch.lengths)
+
+
+def repackage_hidden(h):
+    """Cut the hidden state off the graph of the batch that produced it (truncated BPTT), keeping its values."""
+    if isinstance(h, torch.Tensor):
+        return h.detach()
+    return tuple(repackage_hidden(v) for v in h)
+
+
+def train_step(model: SentimentRNN, optimizer: torch.optim.Optimizer, hidden: Hidden, batch: Batch, cfg: Config,
+               retain_graph: bool = False) -> tuple[torch.Tensor, Hidden]:
+    """One optimizer step on ``batch``; returns the loss (a detached scalar tensor, no host sync) and the
+    hidden state to carry into the next batch.
+
+    The returned loss is NaN when the model's output or the gradient was not finite, so one check by the
+    caller covers both. With ``cfg.skip_nonfinite`` such a step changes nothing (no update, the incoming
+    hidden is returned); deciding that needs one host sync, which only that option pays.
+    """
+    model.train()
+    tokens, labels, lengths = to_device(batch, model)
+    if cfg.detach:
+        # Without this, backward() would run into the previous batch's graph, already freed: the seed's bug.
+        hidden = repackage_hidden(hidden)
+    incoming = hidden
+
+    if cfg.tbptt:
+        # Truncated BPTT inside the batch: the carry crosses each chunk boundary detached; loss on the last step.
+        chunks = tokens.split(cfg.tbptt, dim=1)
+        for chunk in chunks[:-1]:
+            _, hidden = model(chunk, hidden)
+            hidden = repackage_hidden(hidden)
+        output, hidden = model(chunks[-1], hidden)
+    else:
+        output, hidden = model(tokens, hidden, lengths if cfg.padding == "right" else None)
+
+    # BCELoss refuses a NaN probability; the same values otherwise, and a non-finite output makes a NaN loss.
+    finite_output = torch.isfinite(output)
+    loss = nn.BCELoss()(torch.where(finite_output, output, 0.5), labels)
+    optimizer.zero_grad()
+    loss.backward(retain_graph=retain_graph)
+    # Clipping keeps the exploding-gradient problem of RNNs in check.
+    grad_norm = nn.utils.clip_grad_norm_(model.parameters(), cfg.clip or math.inf)  # max_norm inf: multiplies by 1
+    loss = torch.where(torch.isfinite(grad_norm) & finite_output.all(), loss.detach(), torch.nan)
+    if cfg.skip_nonfinite and not bool(torch.isfinite(loss)):
+        optimizer.zero_grad()
+        return loss, repackage_hidden(incoming)
+    optimizer.step()
+    return loss, hidden
+
+
+@torch.no_grad()
+def eval_step(model: SentimentRNN, batch: Batch, packed: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(sum of BCE over the batch, number correct)`` as 0-d tensors, from a zero hidden state, dropout off.
+    ``packed``: the batch is right-padded (``--padding right``), read with its lengths. Correct means the
+    project's one decision rule (``common.predict.is_positive``: p > 0.5, the seed's ``round(p)``) gives the label."""
+    model.eval()
+    tokens, labels, lengths = to_device(batch, model)
+    output, _ = model(tokens, model.init_hidden(batch.size), lengths if packed else None)
+    loss_sum = nn.BCELoss(reduction="sum")(output, labels)
+    correct = ((output > 0.5).to(labels.dtype) == labels).sum()
+    return loss_sum, correct
