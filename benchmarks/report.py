@@ -35,7 +35,7 @@ def _row(job: Job, result: dict, phase: str, peak_gflop_s: float | None) -> dict
     phase_result = result.get(phase, {})
     error = result.get("error") or phase_result.get("error")
     row: dict[str, Any] = {
-        "framework": job.framework, "variant": job.variant, "step": phase,
+        "framework": job.framework, "variant": job.variant, "step": phase, "lstm_impl": result.get("lstm_impl"),
         "config": {k: getattr(cfg, k) for k in CONFIG_KEYS},
         "sweep": {"field": job.sweep[0], "value": job.sweep[1]} if job.sweep else None,
         "device": info.get("device"), "device_name": info.get("device_name"),

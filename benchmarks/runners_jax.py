@@ -25,8 +25,8 @@ from common.errors import ConfigError
 
 def _import():
     import jax  # noqa: F401  (imported here so the bench runs without JAX when it is not asked for)
-    from jax_impl import model as jmodel, step as jtrain
-    return jax, jmodel, jtrain
+    from jax_impl import model as jmodel, step as jstep
+    return jax, jmodel, jstep
 
 
 def unroll_of(variant: str) -> int | None:
@@ -43,13 +43,13 @@ def unroll_of(variant: str) -> int | None:
 
 
 def setup(device: str, threads: int, allow_tf32: bool) -> dict:
-    """Fix the default matmul precision and pick the device as the trainer does (``select_device``).
+    """Fix the default matmul precision and pick the device as the trainer does (``resolve_device``).
 
     Threads: XLA's CPU client sizes its intra-op pool from the CPUs the process may run on; the worker
     pins itself to ``threads`` CPUs before importing JAX (jax has no direct setting)."""
-    jax, jmodel, jtrain = _import()
+    jax, jmodel, jstep = _import()
     jax.config.update("jax_default_matmul_precision", "tensorfloat32" if allow_tf32 else "highest")
-    dev = jtrain.resolve_device(device)  # ConfigError when JAX cannot see that platform
+    dev = jstep.resolve_device(device)  # ConfigError when JAX cannot see that platform
     affinity = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     return {"device": "cuda" if dev.platform == "gpu" else dev.platform,
             "device_name": dev.device_kind if dev.platform != "cpu" else "cpu", "jax_device": dev,
@@ -71,45 +71,46 @@ def _model(cfg, vocab_size: int, unroll: int | None):
 def run_variant(cfg, wl: Workload, info: dict, variant: str, *, warmup: int, steps: int, block: int,
                 phases: tuple[str, ...] = ("eval", "train")) -> dict:
     """Time ``phases`` (inference first: its peak memory is read before training raises it)."""
-    jax, _, jtrain = _import()
+    jax, _, jstep = _import()
     device = info["jax_device"]
-    jtrain.resolve_dtype(cfg.dtype)
+    jstep.resolve_dtype(cfg.dtype)
     with jax.default_device(device):
-        return _run(jax, jtrain, cfg, wl, device, variant, warmup=warmup, steps=steps, block=block, phases=phases)
+        return _run(jax, jstep, cfg, wl, device, variant, warmup=warmup, steps=steps, block=block, phases=phases)
 
 
-def _run(jax, jtrain, cfg, wl, device, variant, *, warmup, steps, block, phases) -> dict:
+def _run(jax, jstep, cfg, wl, device, variant, *, warmup, steps, block, phases) -> dict:
     sync = jax.block_until_ready
     t0 = time.perf_counter()
     model = _model(cfg, wl.vocab_size, unroll_of(variant))
-    state = jtrain.create_train_state(model, cfg, wl.params(), device)
+    state = jstep.create_train_state(model, cfg, wl.params(), device)
     base_key = jax.device_put(jax.random.key(cfg.seed), device)
     jax.block_until_ready(state)
-    out: dict[str, Any] = {"build_s": time.perf_counter() - t0, "baseline_rss_mb": current_rss_mb()}
+    out: dict[str, Any] = {"build_s": time.perf_counter() - t0, "baseline_rss_mb": current_rss_mb(),
+                           "lstm_impl": model.lstm_impl}
     box = {"state": state, "carry": None}
     B = cfg.batch_size
     for phase in phases:
         try:
             if phase == "eval":
-                eval_step = jtrain.make_eval_step(model, cfg)
+                eval_step = jstep.make_eval_step(model, cfg)
                 batches = wl.eval
                 params = box["state"].params
                 t = time.perf_counter()
-                lowered = eval_step.lower(params, jtrain.padded_eval_batch(batches[0], B, device))
+                lowered = eval_step.lower(params, jstep.padded_eval_batch(batches[0], B, device))
                 lower_s = time.perf_counter() - t
                 lowered.compile()
                 compile_s = time.perf_counter() - t
 
                 def step(i):
-                    return eval_step(params, jtrain.padded_eval_batch(batches[(i + 1) % len(batches)], B, device))
+                    return eval_step(params, jstep.padded_eval_batch(batches[(i + 1) % len(batches)], B, device))
 
-                first = lambda: eval_step(params, jtrain.padded_eval_batch(batches[0], B, device))  # noqa: E731
+                first = lambda: eval_step(params, jstep.padded_eval_batch(batches[0], B, device))  # noqa: E731
             else:
-                train_step = jtrain.make_train_step(model, cfg)
+                train_step = jstep.make_train_step(model, cfg)
                 batches, starts = wl.train, wl.new_epoch
                 t = time.perf_counter()
-                lowered = train_step.lower(box["state"], jtrain.zero_carry(model, B, device),
-                                           jtrain.batch_to_device(batches[0], device), base_key)
+                lowered = train_step.lower(box["state"], jstep.zero_carry(model, B, device),
+                                           jstep.batch_to_device(batches[0], device), base_key)
                 lower_s = time.perf_counter() - t
                 lowered.compile()
                 compile_s = time.perf_counter() - t
@@ -117,9 +118,9 @@ def _run(jax, jtrain, cfg, wl, device, variant, *, warmup, steps, block, phases)
                 def run(k):
                     # Zeros at each epoch's start, and at every batch with --carry reset, as the trainer does.
                     if box["carry"] is None or starts[k] or cfg.carry == "reset":
-                        box["carry"] = jtrain.zero_carry(model, B, device)
+                        box["carry"] = jstep.zero_carry(model, B, device)
                     box["state"], box["carry"], metrics = train_step(
-                        box["state"], box["carry"], jtrain.batch_to_device(batches[k], device), base_key)
+                        box["state"], box["carry"], jstep.batch_to_device(batches[k], device), base_key)
                     return metrics  # one executable: its outputs are ready together
 
                 def step(i):
@@ -145,19 +146,19 @@ def _run(jax, jtrain, cfg, wl, device, variant, *, warmup, steps, block, phases)
 
 def parity_losses(cfg, wl: Workload, info: dict, steps: int) -> list[float]:
     """Losses of ``steps`` training steps from the shared initial weights with dropout 0."""
-    jax, _, jtrain = _import()
+    jax, _, jstep = _import()
     device = info["jax_device"]
     cfg0 = cfg.replace(dropout=0.0, fc_dropout=0.0)
     with jax.default_device(device):
         model = _model(cfg0, wl.vocab_size, None)
-        state = jtrain.create_train_state(model, cfg0, wl.params(), device)
-        train_step = jtrain.make_train_step(model, cfg0)
+        state = jstep.create_train_state(model, cfg0, wl.params(), device)
+        train_step = jstep.make_train_step(model, cfg0)
         base_key = jax.device_put(jax.random.key(cfg0.seed), device)
         losses, carry = [], None
         for k in range(steps):
             if carry is None or wl.new_epoch[k] or cfg0.carry == "reset":
-                carry = jtrain.zero_carry(model, cfg0.batch_size, device)
-            state, carry, metrics = train_step(state, carry, jtrain.batch_to_device(wl.train[k], device), base_key)
+                carry = jstep.zero_carry(model, cfg0.batch_size, device)
+            state, carry, metrics = train_step(state, carry, jstep.batch_to_device(wl.train[k], device), base_key)
             losses.append(float(metrics.loss))
     return losses
 

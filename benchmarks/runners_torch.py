@@ -105,7 +105,8 @@ def run_variant(cfg, wl: Workload, info: dict, variant: str, *, warmup: int, ste
     sync = _sync_for(device)
     t0 = time.perf_counter()
     model, train, evaluate = _build(cfg, wl, device, variant)
-    out: dict[str, Any] = {"build_s": time.perf_counter() - t0, "baseline_rss_mb": current_rss_mb()}
+    out: dict[str, Any] = {"build_s": time.perf_counter() - t0, "baseline_rss_mb": current_rss_mb(),
+                           "lstm_impl": "nn.LSTM"}
     for phase in phases:
         if device == "cuda":
             torch.cuda.reset_peak_memory_stats()

@@ -1,6 +1,4 @@
 """Batches both twins iterate in the same order: numpy only, seeded, one definition."""
-from __future__ import annotations
-
 from dataclasses import dataclass
 from typing import Iterator
 
@@ -31,20 +29,16 @@ def num_train_batches(n: int, batch_size: int) -> int:
 
 
 def batches(split, batch_size: int, *, shuffle_seed: int | None = None, epoch: int = 0,
-            drop_last: bool | None = None, start: int = 0) -> Iterator[Batch]:
-    """Yield :class:`Batch` es of ``split`` (an ``EncodedSplit``).
-
-    Training (``shuffle_seed`` given): shuffled per epoch from ``(shuffle_seed, epoch)``, the last partial
-    batch dropped (the carried state has a fixed batch shape). Evaluation (``shuffle_seed=None``): in order,
-    every example exactly once, the last batch possibly smaller. ``start`` skips that many batches
-    (resuming inside an epoch).
-    """
+            start: int = 0) -> Iterator[Batch]:
+    """:class:`Batch` es of ``split`` (an ``EncodedSplit``) from batch ``start`` on (resuming inside an epoch).
+    Training (``shuffle_seed`` given): shuffled per epoch from ``(shuffle_seed, epoch)``, the last partial batch
+    dropped (the carried state has a fixed batch shape). Evaluation (``shuffle_seed=None``): in order, every
+    example exactly once, the last batch possibly smaller."""
     n = len(split.labels)
-    training = shuffle_seed is not None
-    if drop_last is None:
-        drop_last = training
-    order = epoch_order(n, shuffle_seed, epoch) if training else np.arange(n)
-    stop = (n // batch_size) * batch_size if drop_last else n
+    if shuffle_seed is None:
+        order, stop = np.arange(n), n
+    else:
+        order, stop = epoch_order(n, shuffle_seed, epoch), num_train_batches(n, batch_size) * batch_size
     for lo in range(start * batch_size, stop, batch_size):
         idx = order[lo: lo + batch_size]
         # A text with no tokens is read as one <pad>: packed sequences need a length of at least 1.

@@ -7,13 +7,7 @@
 Nothing is unpickled. Writes go to a temporary directory that is renamed into place, so a kill during a save
 leaves the previous checkpoint intact. Reading checks every name, shape and dtype and says which is wrong.
 """
-from __future__ import annotations
-
-import json
-import os
-import shutil
-import tempfile
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +15,7 @@ import numpy as np
 
 from common.config import MODEL_FIELDS, Config
 from common.errors import CheckpointError, ConfigError
+from common.files import atomic_dir, read_json, write_json
 from common.params import Params, shapes_for
 from common.text import Vocab
 
@@ -38,24 +33,6 @@ class Checkpoint:
     meta: dict[str, Any]
 
 
-def _fsync_dir(path: Path) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _write_json(path: Path, obj: Any) -> None:
-    with open(path, "w", encoding="utf-8") as f:
-        json.dump(obj, f, ensure_ascii=False, indent=1)
-        f.flush()
-        os.fsync(f.fileno())
-
-
 def save_checkpoint(directory: str | Path, params: Params, cfg: Config, vocab: Vocab, tokenizer: str,
                     meta: dict[str, Any] | None = None) -> Path:
     """Write ``params`` (name → float32 array) atomically as a neutral checkpoint in ``directory``."""
@@ -65,63 +42,29 @@ def save_checkpoint(directory: str | Path, params: Params, cfg: Config, vocab: V
     if directory.exists() and not directory.is_dir():
         raise CheckpointError(f"{directory}: exists and is not a directory")
     validate_params(params, cfg, len(vocab), where=str(directory))
-    for name, arr in params.items():
-        if not np.all(np.isfinite(arr)):
-            raise CheckpointError(f"{directory}: refusing to save tensor {name!r}: it holds non-finite values")
-    try:
-        directory.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{directory.name}.tmp-", dir=directory.parent))
-    except OSError as err:
-        raise CheckpointError(f"{directory}: cannot write a checkpoint here ({err.strerror})") from None
-    try:
-        config = {"format": FORMAT, "version": VERSION, "tokenizer_resolved": tokenizer,
-                  "model": {name: getattr(cfg, name) for name in MODEL_FIELDS}, "meta": meta or {}}
-        _write_json(tmp / CONFIG_FILE, config)
-        _write_json(tmp / VOCAB_FILE, list(vocab.tokens))
-        save_file({k: np.ascontiguousarray(v, dtype=np.float32) for k, v in params.items()},
-                  str(tmp / WEIGHTS_FILE))
-        with open(tmp / WEIGHTS_FILE, "rb+") as f:
-            os.fsync(f.fileno())
-        _fsync_dir(tmp)
-        # Swap in: the old directory (if any) moves aside and is removed only after the rename succeeded.
-        old = None
-        if directory.exists():
-            old = directory.parent / f".{directory.name}.old-{os.getpid()}"
-            os.replace(directory, old)
-        os.replace(tmp, directory)
-        _fsync_dir(directory.parent)
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+    config = {"format": FORMAT, "version": VERSION, "tokenizer_resolved": tokenizer,
+              "model": {name: getattr(cfg, name) for name in MODEL_FIELDS}, "meta": meta or {}}
+    with atomic_dir(directory, "a checkpoint") as tmp:
+        write_json(tmp / CONFIG_FILE, config)
+        write_json(tmp / VOCAB_FILE, list(vocab.tokens))
+        save_file({k: np.ascontiguousarray(v, dtype=np.float32) for k, v in params.items()}, str(tmp / WEIGHTS_FILE))
     return directory
 
 
-def validate_params(params: Params, cfg: Config, vocab_size: int, where: str = "parameters") -> None:
-    """Raise :class:`CheckpointError` naming the first missing, unexpected, misshapen or non-float32 array."""
+def validate_params(params: Params, cfg: Config, vocab_size: int, where: str) -> None:
+    """Raise :class:`CheckpointError` naming the first missing, unexpected, misshapen, non-float32 or non-finite one."""
     expected = shapes_for(cfg, vocab_size)
-    for name in expected:
-        if name not in params:
-            raise CheckpointError(f"{where}: missing tensor {name!r}")
-    for name in params:
-        if name not in expected:
-            raise CheckpointError(f"{where}: unexpected tensor {name!r}")
+    for name in {**expected, **params}:  # the expected ones first
+        if name not in params or name not in expected:
+            raise CheckpointError(f"{where}: {'missing' if name in expected else 'unexpected'} tensor {name!r}")
     for name, shape in expected.items():
         arr = params[name]
         if tuple(arr.shape) != shape:
             raise CheckpointError(f"{where}: tensor {name!r} has shape {tuple(arr.shape)}, expected {shape}")
         if np.dtype(arr.dtype) != np.float32:
             raise CheckpointError(f"{where}: tensor {name!r} has dtype {np.dtype(arr.dtype)}, expected float32")
-
-
-def _read_json(path: Path) -> Any:
-    if not path.is_file():
-        raise CheckpointError(f"{path}: missing")
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise CheckpointError(f"{path}: not valid JSON ({err})") from None
+        if not np.all(np.isfinite(arr)):
+            raise CheckpointError(f"{where}: tensor {name!r} holds non-finite values")
 
 
 def load_checkpoint(directory: str | Path, cfg: Config | None = None) -> Checkpoint:
@@ -130,47 +73,38 @@ def load_checkpoint(directory: str | Path, cfg: Config | None = None) -> Checkpo
     from safetensors import SafetensorError
     from safetensors.numpy import load_file
 
-    directory = Path(directory)
+    directory, where = Path(directory), Path(directory) / CONFIG_FILE
     if not directory.is_dir():
         raise CheckpointError(f"{directory}: no such checkpoint directory")
-    config = _read_json(directory / CONFIG_FILE)
+    config = read_json(where)
     if not isinstance(config, dict) or config.get("format") != FORMAT or not isinstance(config.get("model"), dict):
-        raise CheckpointError(f"{directory / CONFIG_FILE}: not a neutral checkpoint config "
-                              f"(expected format {FORMAT!r} with a 'model' section)")
+        raise CheckpointError(f"{where}: not a neutral checkpoint config (expected format {FORMAT!r} with a 'model' "
+                              f"section)")
     if config.get("version") != VERSION:
-        raise CheckpointError(f"{directory / CONFIG_FILE}: format version {config.get('version')!r}, "
-                              f"this code reads version {VERSION}")
-    model = config["model"]
-    known = {f.name: f for f in fields(Config)}
+        raise CheckpointError(f"{where}: format version {config.get('version')!r}, this code reads version {VERSION}")
+    model, defaults, tokenizer = config["model"], Config(), config.get("tokenizer_resolved")
     for name in MODEL_FIELDS:
+        default = getattr(defaults, name)
         if name not in model:
-            raise CheckpointError(f"{directory / CONFIG_FILE}: model setting {name!r} is missing")
-        if type(model[name]) is not type(known[name].default) and not (
-                isinstance(known[name].default, float) and isinstance(model[name], int)):
-            raise CheckpointError(f"{directory / CONFIG_FILE}: model setting {name!r} has the wrong type")
-    tokenizer = config.get("tokenizer_resolved")
+            raise CheckpointError(f"{where}: model setting {name!r} is missing")
+        if type(model[name]) is not type(default) and not (isinstance(default, float) and isinstance(model[name], int)):
+            raise CheckpointError(f"{where}: model setting {name!r} has the wrong type")
     if tokenizer not in ("char", "word"):
-        raise CheckpointError(f"{directory / CONFIG_FILE}: 'tokenizer_resolved' must be 'char' or 'word'")
-    base = cfg or Config()
-    if cfg is not None:
-        defaults = Config()
-        for name in MODEL_FIELDS:
-            asked = getattr(cfg, name)
-            if name in ("dropout", "fc_dropout"):
-                continue
-            if name == "tokenizer" and asked == tokenizer:
-                continue  # asking for the tokenizer an 'auto' checkpoint resolved to is asking for what it has
-            if asked != getattr(defaults, name) and asked != model[name]:
-                raise CheckpointError(f"{directory}: the checkpoint has {name}={model[name]!r} but "
-                                      f"--{name.replace('_', '-')} {asked!r} was asked for")
+        raise CheckpointError(f"{where}: 'tokenizer_resolved' must be 'char' or 'word'")
     # Dropout rates are training settings: the caller's win (parity runs use 0 on any checkpoint).
     keep_callers = ("dropout", "fc_dropout") if cfg is not None else ()
+    for name in [n for n in MODEL_FIELDS if n not in keep_callers] if cfg is not None else ():
+        asked = getattr(cfg, name)
+        # Asking for the tokenizer an 'auto' checkpoint resolved to is asking for what it has.
+        if asked not in (getattr(defaults, name), model[name]) and not (name == "tokenizer" and asked == tokenizer):
+            raise CheckpointError(f"{directory}: the checkpoint has {name}={model[name]!r} but "
+                                  f"--{name.replace('_', '-')} {asked!r} was asked for")
     try:
-        merged = base.replace(**{name: model[name] for name in MODEL_FIELDS if name not in keep_callers})
+        merged = (cfg or defaults).replace(**{n: model[n] for n in MODEL_FIELDS if n not in keep_callers})
     except ConfigError as err:
-        raise CheckpointError(f"{directory / CONFIG_FILE}: {err}") from None
+        raise CheckpointError(f"{where}: {err}") from None
 
-    tokens = _read_json(directory / VOCAB_FILE)
+    tokens = read_json(directory / VOCAB_FILE)
     if not isinstance(tokens, list) or not all(isinstance(t, str) for t in tokens):
         raise CheckpointError(f"{directory / VOCAB_FILE}: expected a JSON list of token strings")
     try:
@@ -186,7 +120,4 @@ def load_checkpoint(directory: str | Path, cfg: Config | None = None) -> Checkpo
     except (SafetensorError, OSError, ValueError) as err:
         raise CheckpointError(f"{weights}: unreadable safetensors file ({err})") from None
     validate_params(params, merged, len(vocab), where=str(weights))
-    for name, arr in params.items():
-        if not np.all(np.isfinite(arr)):
-            raise CheckpointError(f"{weights}: tensor {name!r} holds non-finite values")
     return Checkpoint(params, merged, vocab, tokenizer, config.get("meta", {}))

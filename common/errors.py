@@ -1,10 +1,5 @@
-"""Errors a user can cause, and the one place they become a message.
-
-Every command line (train, predict, common.data, bench) wraps its ``main`` in :func:`cli_main`:
-a :class:`UserError` becomes one line on stderr and exit status 2, never a traceback.
-"""
-from __future__ import annotations
-
+"""Errors a user can cause, and the one place they become a message: every command line (train, predict,
+common.data, bench) wraps its ``main`` in :func:`cli_main`, so a :class:`UserError` is one line, never a traceback."""
 import functools
 import sys
 from typing import Callable
@@ -26,11 +21,8 @@ class CheckpointError(UserError):
     """A checkpoint that is missing, corrupt, or does not match the requested model."""
 
 
-EXIT_USER_ERROR = 2
-
-
 def cli_main(main: Callable[..., int | None]) -> Callable[..., int]:
-    """Run ``main``; print a :class:`UserError` as ``error: ...`` on stderr and return 2."""
+    """Run ``main``; print a :class:`UserError` as ``error: ...`` on stderr and return 2 (Ctrl-C: 130)."""
 
     @functools.wraps(main)
     def wrapped(*args, **kwargs) -> int:
@@ -38,7 +30,7 @@ def cli_main(main: Callable[..., int | None]) -> Callable[..., int]:
             return main(*args, **kwargs) or 0
         except UserError as err:
             print(f"error: {err}", file=sys.stderr)
-            return EXIT_USER_ERROR
+            return 2
         except KeyboardInterrupt:
             print("interrupted", file=sys.stderr)
             return 130

@@ -1,5 +1,5 @@
-"""The one training loop. ``python -m torch_impl.train`` and ``python -m jax_impl.train`` are this loop over
-their own :class:`Twin`; the twins differ only where the frameworks do.
+"""The one training loop: ``python -m torch_impl.train`` and ``python -m jax_impl.train`` are this loop over
+their own :class:`Twin`. Numpy batches go in; the twin's ``state`` and ``carry`` are opaque to it.
 
     for each epoch:      carry = zeros
         for each batch:  carry = zeros under --carry reset
@@ -7,12 +7,7 @@ their own :class:`Twin`; the twins differ only where the frameworks do.
                          validate every --log-every steps and at each epoch's end; --save-dir keeps the best
                          a training checkpoint every --checkpoint-every steps and at each epoch's end
     test: with the best validation's weights under --save-dir, else the final ones
-
-Everything here is numpy and Python: batches (``common.batches``) go in, the twin's opaque ``state`` and
-``carry`` come back, and host numbers are all the loop reads from them.
 """
-from __future__ import annotations
-
 import math
 import sys
 import time
@@ -37,13 +32,9 @@ class NonFiniteError(UserError):
 
 
 class Twin(Protocol):
-    """All the loop knows of a framework. ``state`` (parameters and optimizer state) and ``carry`` (the
-    hidden state of this process's rows) are the twin's own objects, which the loop only hands back.
-
-    ``record``: what ran, written into the metrics log, the neutral checkpoint's meta and the result:
-    ``{"framework", <library>: version, "device", "devices", "dtype", "lstm_impl"}``. ``is_main``: this
-    process prints and writes files (always, in a single-process run).
-    """
+    """All the loop knows of a framework. ``record``: what ran (``{"framework", <library>: version, "device",
+    "devices", "dtype", "lstm_impl"}``), written into the metrics log, the checkpoint's meta and the result.
+    ``is_main``: this process prints and writes files (always, in a single-process run)."""
 
     record: dict[str, Any]
     is_main: bool
@@ -55,13 +46,12 @@ class Twin(Protocol):
         """Zeros for this process's rows of a batch."""
 
     def train_step(self, state: Any, carry: Any, batch: Batch) -> tuple[Any, Any, float]:
-        """One optimizer step on the global ``batch``: ``(state, carry, loss)``, the loss the batch's mean BCE
-        on the host, NaN when the loss or the gradient is not finite (then, under --skip-nonfinite, state and
-        carry come back unchanged). A :class:`UserError` it raises gets the step's number in front."""
+        """One optimizer step on the global ``batch``: ``(state, carry, loss)``, the batch's mean BCE as a float,
+        NaN when the loss or the gradient is not finite (then, under --skip-nonfinite, nothing changed)."""
 
     def eval_step(self, state: Any, batch: Batch) -> tuple[Any, Any]:
         """``(sum of BCE, number correct)`` over this process's rows of ``batch``, from a zero carry, dropout
-        off; any scalars ``float``/``int`` accept (read only after the whole split is dispatched)."""
+        off: scalars ``float``/``int`` accept, read only after the whole split is dispatched."""
 
     def sum_over_processes(self, loss_sum: float, correct: int) -> tuple[float, int]:
         """The sums over every process of a data-parallel run (the identity in one process)."""
@@ -77,7 +67,7 @@ class Twin(Protocol):
 
     def restore_state(self, path: Path, state: Any, carry: Any) -> tuple[Progress, tuple[Any, Any]]:
         """Read the training checkpoint in ``path`` (shaped like ``state`` and ``carry``); damage is a
-        :class:`common.errors.CheckpointError` naming the file."""
+        ``CheckpointError`` naming the file."""
 
 
 def load_run(cfg: Config) -> tuple[Config, Dataset, Params]:

@@ -1,12 +1,13 @@
 """What both trainers print and record: the seed's log line and the metrics JSONL."""
-from __future__ import annotations
-
+import contextlib
 import json
 import math
 from pathlib import Path
 from typing import Any
 
 from common.errors import ConfigError
+
+TIMING_FIELDS = ("train_seconds",)  # wall-clock fields: never equal between two runs
 
 
 def log_line(epoch: int, epochs: int, step: int, loss: float, val_loss: float, val_accuracy: float) -> str:
@@ -15,14 +16,18 @@ def log_line(epoch: int, epochs: int, step: int, loss: float, val_loss: float, v
             f"Val Acc: {val_accuracy:.4f}")
 
 
-class MetricsLog:
+def _step_of(line: str) -> int:
+    try:
+        return int(json.loads(line)["step"])
+    except (ValueError, KeyError, TypeError):
+        return 1 << 62  # an unreadable (half-written) line is dropped
+
+
+class MetricsLog(contextlib.AbstractContextManager):
     """JSON lines: ``{"step": 0, "run": {...}}`` first (what ran: framework, device, dtype, lstm_impl, ...),
     then ``{"step", "epoch", "loss"}`` per training step and ``{"step", "split", "loss", "accuracy"}`` per
-    evaluation. Flushed per record so a killed run keeps what it logged.
-
-    ``truncate_after`` (resume): records with ``step`` beyond it are dropped first, so a resumed run's file
-    has no gap and no duplicated step.
-    """
+    evaluation, flushed per record so a killed run keeps what it logged. ``truncate_after`` (resume) first
+    drops the records with ``step`` beyond it, so a resumed run's file has no gap and no duplicated step."""
 
     def __init__(self, path: str | Path | None, truncate_after: int | None = None):
         self.path = Path(path) if path else None
@@ -32,11 +37,10 @@ class MetricsLog:
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             if truncate_after is not None and self.path.exists():
-                kept = [line for line in self.path.read_text(encoding="utf-8").splitlines()
+                kept = [line + "\n" for line in self.path.read_text(encoding="utf-8").splitlines()
                         if line.strip() and _step_of(line) <= truncate_after]
-                self.path.write_text("".join(line + "\n" for line in kept), encoding="utf-8")
-            mode = "a" if truncate_after is not None else "w"
-            self._file = open(self.path, mode, encoding="utf-8")
+                self.path.write_text("".join(kept), encoding="utf-8")
+            self._file = open(self.path, "w" if truncate_after is None else "a", encoding="utf-8")
         except OSError as err:
             raise ConfigError(f"--metrics-out {self.path}: cannot write ({err.strerror})") from None
 
@@ -52,30 +56,15 @@ class MetricsLog:
             self._file.close()
             self._file = None
 
-    def __enter__(self) -> "MetricsLog":
-        return self
-
     def __exit__(self, *exc) -> None:
         self.close()
-
-
-def _step_of(line: str) -> int:
-    try:
-        return int(json.loads(line)["step"])
-    except (ValueError, KeyError, TypeError):
-        return 1 << 62  # an unreadable (half-written) line is dropped
-
-
-TIMING_FIELDS = ("train_seconds",)  # wall-clock fields: never equal between two runs
 
 
 def read_metrics(path: str | Path, timing: bool = True) -> list[dict[str, Any]]:
     """The records of a metrics JSONL file; ``timing=False`` drops the wall-clock fields, leaving what two
     identical runs (an interrupted-and-resumed one and an uninterrupted one, say) agree on exactly."""
     records = [json.loads(line) for line in Path(path).read_text(encoding="utf-8").splitlines() if line.strip()]
-    if not timing:
-        records = [{k: v for k, v in r.items() if k not in TIMING_FIELDS} for r in records]
-    return records
+    return records if timing else [{k: v for k, v in r.items() if k not in TIMING_FIELDS} for r in records]
 
 
 def training_steps(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -84,8 +73,8 @@ def training_steps(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def step_losses(records: list[dict[str, Any]]) -> list[float | None]:
-    """The training losses of a run's records, in step order (``None`` for a skipped non-finite step).
-    A metrics file whose training steps are not 1, 2, 3, ... (a gap or a duplicate) is a ``ValueError``."""
+    """The training losses in step order (``None`` for a skipped non-finite step). Training steps that are
+    not 1, 2, 3, ... (a gap or a duplicate) are a ``ValueError``."""
     steps = training_steps(records)
     if [r["step"] for r in steps] != list(range(1, len(steps) + 1)):
         raise ValueError("the training steps of the metrics records are not 1, 2, 3, ...")

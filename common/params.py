@@ -1,10 +1,6 @@
 """The model's parameters in PyTorch's layout: names, shapes, and PyTorch's initial distributions in numpy.
-
-The neutral names *are* the state-dict names of the classic notebook's ``SentimentRNN``: gate order
-i, f, g, o; two biases per LSTM layer (``bias_ih`` and ``bias_hh``).
-"""
-from __future__ import annotations
-
+The neutral names *are* the state-dict names of the classic notebook's ``SentimentRNN``: gate order i, f, g, o;
+two biases per LSTM layer (``bias_ih`` and ``bias_hh``)."""
 import numpy as np
 
 Params = dict[str, np.ndarray]
@@ -14,14 +10,10 @@ def param_shapes(vocab_size: int, embed_dim: int, hidden_dim: int, layers: int) 
     """Name → shape, in the order of ``SentimentRNN.state_dict()``."""
     shapes: dict[str, tuple[int, ...]] = {"embedding.weight": (vocab_size, embed_dim)}
     for k in range(layers):
-        fan_in = embed_dim if k == 0 else hidden_dim
-        shapes[f"lstm.weight_ih_l{k}"] = (4 * hidden_dim, fan_in)
-        shapes[f"lstm.weight_hh_l{k}"] = (4 * hidden_dim, hidden_dim)
-        shapes[f"lstm.bias_ih_l{k}"] = (4 * hidden_dim,)
-        shapes[f"lstm.bias_hh_l{k}"] = (4 * hidden_dim,)
-    shapes["fc.weight"] = (1, hidden_dim)
-    shapes["fc.bias"] = (1,)
-    return shapes
+        shapes |= {f"lstm.weight_ih_l{k}": (4 * hidden_dim, embed_dim if k == 0 else hidden_dim),
+                   f"lstm.weight_hh_l{k}": (4 * hidden_dim, hidden_dim),
+                   f"lstm.bias_ih_l{k}": (4 * hidden_dim,), f"lstm.bias_hh_l{k}": (4 * hidden_dim,)}
+    return shapes | {"fc.weight": (1, hidden_dim), "fc.bias": (1,)}
 
 
 def shapes_for(cfg, vocab_size: int) -> dict[str, tuple[int, ...]]:
@@ -29,19 +21,14 @@ def shapes_for(cfg, vocab_size: int) -> dict[str, tuple[int, ...]]:
 
 
 def init_params(vocab_size: int, embed_dim: int, hidden_dim: int, layers: int, seed: int) -> Params:
-    """Draw initial float32 parameters with PyTorch's default distributions.
-
-    ``nn.Embedding``: N(0, 1). ``nn.LSTM``: every weight and bias U(-1/√H, 1/√H). ``nn.Linear``: weight
-    (kaiming_uniform with a=√5) and bias both U(-1/√fan_in, 1/√fan_in). Drawn in float64 from
-    ``numpy.random.default_rng(seed)`` in state-dict order, then rounded to float32.
-    """
+    """Initial float32 parameters from PyTorch's default distributions: ``nn.Embedding`` N(0, 1); ``nn.LSTM``
+    every weight and bias U(-1/√H, 1/√H); ``nn.Linear`` weight (kaiming_uniform with a=√5) and bias both
+    U(-1/√fan_in, 1/√fan_in). Drawn in float64 from ``numpy.random.default_rng(seed)`` in state-dict order,
+    then rounded to float32."""
     rng = np.random.default_rng(seed)
+    bound = 1.0 / np.sqrt(hidden_dim)  # LSTM: 1/√H; fc: 1/√fan_in with fan_in = H
     params: Params = {}
     for name, shape in param_shapes(vocab_size, embed_dim, hidden_dim, layers).items():
-        if name == "embedding.weight":
-            values = rng.standard_normal(shape)
-        else:
-            bound = 1.0 / np.sqrt(hidden_dim)  # LSTM: 1/√H; fc: 1/√fan_in with fan_in = H
-            values = rng.uniform(-bound, bound, shape)
+        values = rng.standard_normal(shape) if name == "embedding.weight" else rng.uniform(-bound, bound, shape)
         params[name] = values.astype(np.float32)
     return params

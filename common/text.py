@@ -1,6 +1,4 @@
 """Tokenizers, the vocabulary, and the seed's encoding (first ``seq_len`` tokens, left-padded with 0)."""
-from __future__ import annotations
-
 import collections
 import unicodedata
 from dataclasses import dataclass
@@ -37,23 +35,15 @@ def word_tokens(text: str) -> list[str]:
 
 
 def choose_tokenizer(texts: Iterable[str]) -> str:
-    """'char' when most letters in ``texts`` are CJK, else 'word'."""
-    letters = cjk = 0
-    for text in texts:
-        for ch in text:
-            if unicodedata.category(ch).startswith("L"):
-                letters += 1
-                cjk += _is_cjk(ch)
-    return "char" if letters and cjk * 2 > letters else "word"
-
-
-TOKENIZERS = {"char": char_tokens, "word": word_tokens}
+    """'char' when most letters (Unicode category L*) in ``texts`` are CJK, else 'word'."""
+    letters = collections.Counter(_is_cjk(ch) for text in texts for ch in text
+                                  if unicodedata.category(ch).startswith("L"))
+    return "char" if letters[True] > letters[False] else "word"
 
 
 def tokenize(texts: Iterable[str], kind: str) -> list[list[str]]:
     """Tokenize each text with the tokenizer ``kind`` ('char' or 'word'; resolve 'auto' first)."""
-    fn = TOKENIZERS[kind]
-    return [fn(t) for t in texts]
+    return list(map({"char": char_tokens, "word": word_tokens}[kind], texts))
 
 
 @dataclass(frozen=True)
@@ -71,12 +61,8 @@ class Vocab:
     def __len__(self) -> int:
         return len(self.tokens)
 
-    @property
-    def index(self) -> dict[str, int]:
-        return {tok: i for i, tok in enumerate(self.tokens)}
-
     def ids(self, token_lists: Iterable[Sequence[str]]) -> list[list[int]]:
-        index = self.index
+        index = {tok: i for i, tok in enumerate(self.tokens)}
         return [[index.get(tok, UNK_ID) for tok in toks] for toks in token_lists]
 
 
@@ -90,24 +76,15 @@ def build_vocab(token_lists: Iterable[Sequence[str]], min_freq: int = 1, max_siz
 
 
 def encode(ids: Sequence[Sequence[int]], seq_len: int, padding: str = "left") -> tuple[np.ndarray, np.ndarray]:
-    """Keep each text's first ``seq_len`` ids and pad with 0.
-
-    Returns ``tokens`` (N, seq_len) int32 and ``lengths`` (N,) int32 (tokens kept, 0 for an empty text).
-    ``padding='left'`` is the seed's layout (the text ends at the last column); ``'right'`` puts the text
-    first, for the masked variable-length path.
-    """
+    """Each text's first ``seq_len`` ids, padded with 0: ``tokens`` (N, seq_len) int32 and ``lengths`` (N,) int32
+    (tokens kept, 0 for an empty text). ``padding='left'`` is the seed's layout (the text ends at the last
+    column); ``'right'`` puts the text first, for the masked variable-length path."""
+    if padding not in ("left", "right"):
+        raise ValueError(f"padding must be 'left' or 'right', got {padding!r}")
     tokens = np.zeros((len(ids), seq_len), dtype=np.int32)
     lengths = np.zeros(len(ids), dtype=np.int32)
     for i, row in enumerate(ids):
-        row = row[:seq_len]
-        n = len(row)
-        lengths[i] = n
-        if n == 0:
-            continue
-        if padding == "left":
-            tokens[i, seq_len - n:] = row
-        elif padding == "right":
-            tokens[i, :n] = row
-        else:
-            raise ValueError(f"padding must be 'left' or 'right', got {padding!r}")
+        lengths[i] = n = min(len(row), seq_len)
+        lo = seq_len - n if padding == "left" else 0
+        tokens[i, lo:lo + n] = row[:n]
     return tokens, lengths

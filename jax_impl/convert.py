@@ -7,11 +7,8 @@
     fc.weight             (1, H)    ↔ fc/kernel                (H, 1)    transposed
     fc.bias               (1,)      ↔ fc/bias                  (1,)
 
-``from_flax(to_flax(p))`` is bitwise ``p``. The carry converts too: a tuple of L pairs ``(h, c)`` ⇄
-PyTorch's ``(h, c)`` stacks (L, B, H).
+``from_flax(to_flax(p))`` is bitwise ``p``.
 """
-from __future__ import annotations
-
 from typing import Any
 
 import numpy as np
@@ -50,13 +47,3 @@ def from_flax(params: FlaxParams) -> Neutral:
     neutral["fc.weight"] = put(params["fc"]["kernel"], True)
     neutral["fc.bias"] = put(params["fc"]["bias"])
     return neutral
-
-
-def carry_to_stacked(carry: Any) -> tuple[np.ndarray, np.ndarray]:
-    """The carry (a tuple of L pairs ``(h, c)``, each (B, H)) as PyTorch's ``(h_n, c_n)``, each (L, B, H)."""
-    return (np.stack([np.asarray(h) for h, _ in carry]), np.stack([np.asarray(c) for _, c in carry]))
-
-
-def carry_from_stacked(h: np.ndarray, c: np.ndarray) -> tuple[tuple[np.ndarray, np.ndarray], ...]:
-    """PyTorch's ``(h_0, c_0)``, each (L, B, H), as the carry: a tuple of L pairs ``(h, c)``, each (B, H)."""
-    return tuple((np.array(h[k]), np.array(c[k])) for k in range(np.shape(h)[0]))

@@ -11,8 +11,6 @@ So a saturated logit has a finite loss (at most 100) and a finite gradient: at z
 float32, and for y = 0 the loss is 100 with gradient 0 (PyTorch's answer, which the seed trains with).
 Autodiff of the same forward would give NaN there (0 * inf), hence the ``jax.custom_vjp``.
 """
-from __future__ import annotations
-
 import jax
 import jax.numpy as jnp
 
@@ -39,10 +37,7 @@ def bce_loss(logits: jax.Array, labels: jax.Array) -> jax.Array:
 
 
 def _bce_forward(logits: jax.Array, labels: jax.Array):
-    p = sigmoid(logits)
-    y = labels.astype(p.dtype)
-    loss = jnp.mean((y - 1) * jnp.maximum(jnp.log1p(-p), LOG_CLAMP) - y * jnp.maximum(jnp.log(p), LOG_CLAMP))
-    return loss, (p, labels)
+    return jnp.mean(bce_per_example(logits, labels)), (sigmoid(logits), labels)
 
 
 def _bce_backward(residuals, g: jax.Array):

@@ -1,26 +1,17 @@
-"""The seed's sentiment classifier in Flax linen: Embed → LSTM stack → dropout → Dense(1).
+"""The seed's sentiment classifier in Flax linen: Embed → LSTM stack → dropout → Dense(1). This is the path
+that trains.
 
     logits, carry = model.apply({"params": p}, tokens (B, T) int32, carry, lengths=None, train=False,
                                 rngs={"dropout": key})
 
-This is the path that trains. :class:`LSTMStack` is ``nn.LSTM(E, H, L)``: it declares the LSTM's parameters
-itself, under PyTorch's names and in its layout (``weight_ih_l0`` (4H, E), ``bias_hh_l0`` (4H,), gate order
-i, f, g, o, two biases), draws the dropout masks between layers, and hands both to one implementation:
-
-    fused   jax_impl.recurrence.embedding_lstm_stack: hand-written gradients, a two-layer wavefront, the
-            embedding folded into layer 0's input projection. The default for float32 and float64.
-    scan    :func:`scan_stack`: Flax ``nn.RNN`` over PyTorch's cell, differentiated by JAX. The readable
-            reference the tests hold the fused one to, and the bfloat16 path (float32 parameters and carry).
-
-Every implementation takes the same parameters, carry and masks, so any checkpoint runs under any of them
-(a GPU one, taking the same arguments, joins :data:`IMPLEMENTATIONS`). Every matmul asks for full float32
-(``Precision.HIGHEST``), so GPUs whose default is TF32 still agree with the CPU and with PyTorch.
-
-The carry is an explicit pytree: a tuple of L pairs ``(h, c)``, each (B, H); PyTorch's ``(L, B, H)`` stacks
-exist only at the boundary (:func:`jax_impl.convert.carry_to_stacked` / ``carry_from_stacked``).
+:class:`LSTMStack` is ``nn.LSTM(E, H, L)``: it declares the parameters under PyTorch's names and in its layout,
+draws the dropout masks between layers, and hands both to one of :data:`IMPLEMENTATIONS` (``--lstm-impl``):
+``fused`` (:mod:`jax_impl.recurrence`, hand-written gradients; the default for float32 and float64) or ``scan``
+(:func:`scan_stack`, Flax ``nn.RNN`` differentiated by JAX: the readable reference, and the bfloat16 path).
+Any checkpoint runs under any of them; a GPU implementation taking the same arguments joins the dict. Every
+matmul asks for full float32 (``Precision.HIGHEST``), so TF32 GPUs still agree with the CPU and PyTorch.
+The carry is a tuple of L pairs ``(h, c)``, each (B, H) (PyTorch's (L, B, H) stacks: :mod:`jax_impl.convert`).
 """
-from __future__ import annotations
-
 from typing import Any, Callable, Sequence
 
 import flax.linen as nn
@@ -101,7 +92,7 @@ def scan_stack(table: Array, tokens: Array, weights: Sequence[LayerWeights], car
 def fused_stack(table: Array, tokens: Array, weights: Sequence[LayerWeights], carry: Carry, lengths: Array | None,
                 masks: Sequence[Array] | None, *, dtype: Any, unroll: int = 1) -> Carry:
     """The fast stack of :mod:`jax_impl.recurrence`, in the parameters' dtype (float32 or float64)."""
-    _, finals = embedding_lstm_stack(table, tokens, weights, carry, lengths, masks, return_outputs=False)
+    finals = embedding_lstm_stack(table, tokens, weights, carry, lengths, masks)
     return tuple(tuple(layer) for layer in finals)
 
 

@@ -4,8 +4,6 @@
 while PyTorch always multiplies by ``min(1, max_norm / (norm + 1e-6))``. The difference is small but it is
 a different function, and this project's point is to train the same one.
 """
-from __future__ import annotations
-
 from typing import Any
 
 import jax
@@ -30,22 +28,14 @@ def clip_coefficient(grads: Any, max_norm: float) -> jax.Array:
 def clip_by_global_norm_torch(max_norm: float) -> optax.GradientTransformation:
     """An optax transformation with PyTorch's ``clip_grad_norm_`` semantics (always multiplies)."""
 
-    def init_fn(params):
-        del params
-        return optax.EmptyState()
-
-    def update_fn(updates, state, params=None):
-        del params
+    def scale(updates: Any, params: Any = None) -> Any:
         coef = clip_coefficient(updates, max_norm)
-        return jax.tree_util.tree_map(lambda g: g * coef.astype(g.dtype), updates), state
+        return jax.tree_util.tree_map(lambda g: g * coef.astype(g.dtype), updates)
 
-    return optax.GradientTransformation(init_fn, update_fn)
+    return optax.stateless(scale)
 
 
 def make_optimizer(cfg) -> optax.GradientTransformation:
     """Clip at ``cfg.clip`` (skipped when 0), then Adam with ``cfg.lr`` (bias-corrected, eps outside sqrt)."""
-    parts = []
-    if cfg.clip:
-        parts.append(clip_by_global_norm_torch(cfg.clip))
-    parts.append(optax.adam(cfg.lr, b1=0.9, b2=0.999, eps=1e-8))
-    return optax.chain(*parts)
+    clip = [clip_by_global_norm_torch(cfg.clip)] if cfg.clip else []
+    return optax.chain(*clip, optax.adam(cfg.lr, b1=0.9, b2=0.999, eps=1e-8))

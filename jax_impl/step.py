@@ -6,8 +6,6 @@
 The seed's ``h.detach()`` is ``jax.lax.stop_gradient(carry)`` in :func:`make_loss_fn`. Everything random comes
 from keys: the dropout key of a step is ``fold_in(key(cfg.seed), state.step)``.
 """
-from __future__ import annotations
-
 from typing import Any, Callable
 
 import jax
@@ -35,18 +33,14 @@ class TrainState(struct.PyTreeNode):
 
 
 class StepMetrics(struct.PyTreeNode):
-    """Per step: ``loss`` (the batch's mean BCE before the update), ``grad_norm`` (‖g‖₂ before clipping),
-    ``finite`` (both finite; when False and --skip-nonfinite, the update was not applied)."""
+    """Per step: ``loss`` (the batch's mean BCE before the update), ``finite`` (the loss and the gradient;
+    when False and --skip-nonfinite, the update was not applied)."""
 
     loss: jax.Array
-    grad_norm: jax.Array
     finite: jax.Array
 
 
 DeviceBatch = dict[str, jax.Array]  # "tokens" (B, T) int32, "labels" (B,) float32, "lengths" (B,) int32[, "weights"]
-
-
-# ---------------------------------------------------------------- devices and dtypes
 
 
 def resolve_device(name: str) -> jax.Device:
@@ -69,22 +63,11 @@ def resolve_dtype(name: str) -> Any:
     return compute_dtype(name)
 
 
-def carry_dtype(model: SentimentRNN) -> Any:
-    """The carry's dtype: float32 under bfloat16 compute (the state keeps full precision), else the compute dtype."""
-    return param_dtype_for(model.dtype)
-
-
 def zero_carry(model: SentimentRNN, batch_size: int, device: Where | None = None) -> Carry:
-    """The zero carry for ``model``; placed on (committed to) ``device`` when one is given (a device, or a
-    batch-axis sharding under --devices).
-
-    The training loop always passes its device: jit compiles again when an argument switches between
-    committed and uncommitted placement, so everything a step sees is committed to the same device."""
-    carry = init_carry(batch_size, model.layers, model.hidden_dim, carry_dtype(model))
+    """Zeros in the parameters' dtype (float32 under bfloat16), committed to ``device`` when given: jit
+    compiles again when an argument switches between committed and uncommitted placement."""
+    carry = init_carry(batch_size, model.layers, model.hidden_dim, param_dtype_for(model.dtype))
     return carry if device is None else jax.device_put(carry, device)
-
-
-# ---------------------------------------------------------------- batches
 
 
 def batch_to_device(batch: Batch, device: Where | None = None) -> DeviceBatch:
@@ -98,8 +81,7 @@ def batch_to_device(batch: Batch, device: Where | None = None) -> DeviceBatch:
 def padded_eval_batch(batch: Batch, batch_size: int, device: Where | None = None) -> DeviceBatch:
     """An evaluation batch padded up to ``batch_size`` rows, with ``"weights"`` (B,) 1 for real rows and 0
     for padding, so ``eval_step`` compiles once for every batch of a split."""
-    n = batch.size
-    pad = batch_size - n
+    n, pad = batch.size, batch_size - batch.size
 
     def grow(a: np.ndarray, fill: int) -> np.ndarray:
         return np.concatenate([a, np.full((pad, *a.shape[1:]), fill, a.dtype)]) if pad else a
@@ -108,9 +90,6 @@ def padded_eval_batch(batch: Batch, batch_size: int, device: Where | None = None
     out = batch_to_device(padded, device)
     out["weights"] = put(np.concatenate([np.ones(n, np.float32), np.zeros(pad, np.float32)]), device)
     return out
-
-
-# ---------------------------------------------------------------- forward pass and loss
 
 
 def forward(model: SentimentRNN, params: Any, batch: DeviceBatch, carry: Carry, key: jax.Array, *, train: bool,
@@ -122,8 +101,7 @@ def forward(model: SentimentRNN, params: Any, batch: DeviceBatch, carry: Carry, 
     puts a ``stop_gradient`` on the carry at every chunk boundary: that is what makes the gradient truncated
     (without it, it is the full-BPTT gradient). The loss reads only the final chunk's logits.
     """
-    lengths = batch["lengths"] if use_lengths else None
-    tokens = batch["tokens"]
+    tokens, lengths = batch["tokens"], batch["lengths"] if use_lengths else None
     seq_len = tokens.shape[1]
     if not tbptt or tbptt >= seq_len:
         return model.apply({"params": params}, tokens, carry, lengths, train=train, rngs={"dropout": key})
@@ -139,8 +117,7 @@ def forward(model: SentimentRNN, params: Any, batch: DeviceBatch, carry: Carry, 
     chunks = tokens[:, :full * tbptt].reshape(tokens.shape[0], full, tbptt).swapaxes(0, 1)  # (n, B, K)
 
     def body(carry: Carry, xs: tuple[jax.Array, jax.Array]) -> tuple[Carry, jax.Array]:
-        index, chunk = xs
-        logits, carry = run_chunk(carry, chunk, index)
+        logits, carry = run_chunk(carry, xs[1], xs[0])
         return carry, logits
 
     carry, chunk_logits = jax.lax.scan(body, carry, (jnp.arange(full, dtype=jnp.int32), chunks))
@@ -153,8 +130,6 @@ def forward(model: SentimentRNN, params: Any, batch: DeviceBatch, carry: Carry, 
 def make_loss_fn(model: SentimentRNN, cfg: Config, *, truncate_chunks: bool = True
                  ) -> Callable[[Any, Carry, DeviceBatch, jax.Array], tuple[jax.Array, Carry]]:
     """``loss_fn(params, carry, batch, dropout_key) -> (mean BCE, new carry)`` in training mode."""
-    use_lengths = cfg.padding == "right"
-
     def loss_fn(params: Any, carry: Carry, batch: DeviceBatch, dropout_key: jax.Array) -> tuple[jax.Array, Carry]:
         if cfg.detach:
             # The seed's h.detach() (truncation at the batch boundary). In JAX the incoming carry is an input
@@ -162,14 +137,11 @@ def make_loss_fn(model: SentimentRNN, cfg: Config, *, truncate_chunks: bool = Tr
             # the same with or without it (--no-detach changes nothing there, unlike PyTorch's error); it
             # zeroes d loss / d carry and states the intent.
             carry = jax.lax.stop_gradient(carry)
-        logits, new_carry = forward(model, params, batch, carry, dropout_key, train=True, use_lengths=use_lengths,
-                                    tbptt=cfg.tbptt, truncate_chunks=truncate_chunks)
+        logits, new_carry = forward(model, params, batch, carry, dropout_key, train=True, tbptt=cfg.tbptt,
+                                    use_lengths=cfg.padding == "right", truncate_chunks=truncate_chunks)
         return bce_loss(logits, batch["labels"]), new_carry
 
     return loss_fn
-
-
-# ---------------------------------------------------------------- steps
 
 
 def create_train_state(model: SentimentRNN, cfg: Config, neutral_params: dict[str, np.ndarray],
@@ -192,8 +164,7 @@ def make_train_step(model: SentimentRNN, cfg: Config, *, truncate_chunks: bool =
     def train_step(state: TrainState, carry: Carry, batch: DeviceBatch, key: jax.Array
                    ) -> tuple[TrainState, Carry, StepMetrics]:
         (loss, new_carry), grads = grad_fn(state.params, carry, batch, jax.random.fold_in(key, state.step))
-        grad_norm = global_norm_torch(grads)
-        finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
+        finite = jnp.isfinite(loss) & jnp.isfinite(global_norm_torch(grads))
         updates, opt_state = tx.update(grads, state.opt_state, state.params)
         params = optax.apply_updates(state.params, updates)
         if cfg.skip_nonfinite:
@@ -206,7 +177,7 @@ def make_train_step(model: SentimentRNN, cfg: Config, *, truncate_chunks: bool =
             opt_state = keep_if_bad(opt_state, state.opt_state)
             new_carry = keep_if_bad(new_carry, carry)
         new_state = TrainState(params=params, opt_state=opt_state, step=state.step + 1)
-        return new_state, new_carry, StepMetrics(loss=loss, grad_norm=grad_norm, finite=finite)
+        return new_state, new_carry, StepMetrics(loss=loss, finite=finite)
 
     return jax.jit(train_step, donate_argnums=(0,))
 
@@ -214,12 +185,10 @@ def make_train_step(model: SentimentRNN, cfg: Config, *, truncate_chunks: bool =
 def make_eval_step(model: SentimentRNN, cfg: Config) -> Callable[[Any, DeviceBatch], tuple[jax.Array, jax.Array]]:
     """The jitted ``eval_step(params, batch) -> (loss_sum, correct)``: from a zero carry, no dropout; sums
     weighted by ``batch["weights"]`` (padding rows weigh 0)."""
-    use_lengths = cfg.padding == "right"
-
     def eval_step(params: Any, batch: DeviceBatch) -> tuple[jax.Array, jax.Array]:
         carry = zero_carry(model, batch["tokens"].shape[0])
-        lengths = batch["lengths"] if use_lengths else None
-        logits, _ = model.apply({"params": params}, batch["tokens"], carry, lengths, train=False)
+        logits, _ = model.apply({"params": params}, batch["tokens"], carry,
+                                batch["lengths"] if cfg.padding == "right" else None, train=False)
         real = batch["weights"] > 0
         losses = jnp.where(real, bce_per_example(logits, batch["labels"]), 0)
         correct = jnp.where(real, predictions(logits) == batch["labels"].astype(logits.dtype), False)

@@ -6,8 +6,6 @@ lines over the pure, jitted steps of :mod:`jax_impl.step`, where the seed's ``h.
 ``jax.lax.stop_gradient(carry)``. ``--devices N`` runs the same jitted steps data-parallel over N devices:
 only where arrays are placed changes (:mod:`jax_impl.distributed`).
 """
-from __future__ import annotations
-
 import math
 import sys
 from pathlib import Path

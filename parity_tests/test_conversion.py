@@ -11,7 +11,7 @@ from common.checkpoint import load_checkpoint, save_checkpoint
 from common.params import Params
 from jax_impl import convert
 from parity_tests import report
-from parity_tests.twins import jax_twin, torch_twin
+from parity_tests.twins import jax_carry, jax_twin, stacked_from_jax, torch_twin
 from torch_impl.model import export_params, load_params, model_from_config
 
 
@@ -90,3 +90,12 @@ def test_torch_export_to_flax_and_back_into_torch_is_bitwise(seed_setup):
     other = other_torch_model(seed_setup)
     load_params(other, via_flax)
     assert_bitwise("convert: torch -> Flax -> torch", seed_setup.neutral, export_params(other))
+
+
+def test_a_carry_round_trips_between_the_twins_layouts():
+    rng = np.random.default_rng(0)
+    stacked = tuple(rng.standard_normal((3, 4, 5)).astype(np.float32) for _ in range(2))  # (h, c), (L, B, H)
+    carry = jax_carry(stacked)
+    assert len(carry) == 3 and carry[1][0].shape == (4, 5)
+    assert np.array_equal(carry[1][0], stacked[0][1]) and np.array_equal(carry[2][1], stacked[1][2])
+    assert all(np.array_equal(a, b) for a, b in zip(stacked_from_jax(carry), stacked))

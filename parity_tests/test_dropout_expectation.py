@@ -28,6 +28,8 @@ from parity_tests.configs import SEED_CFG
 from parity_tests.twins import (flax_params, jax_carry, neutral_from_flax, torch_hidden, torch_loss_and_grads,
                                 torch_twin)
 
+pytestmark = pytest.mark.slow  # tens of seconds each on a 2-core CPU
+
 CFG = SEED_CFG.replace(embed_dim=8, hidden_dim=16, layers=2, seq_len=6, batch_size=4, dropout=0.5, fc_dropout=0.3)
 VOCAB = 20
 DRAWS = 3000

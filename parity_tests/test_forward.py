@@ -3,7 +3,7 @@ corpus): PyTorch's probabilities vs sigmoid of JAX's logits, and every layer's f
 
 Cases: left padding (the seed) and right padding with masking (PyTorch packs with the lengths, JAX stops the
 carry past each length) from a zero carry; and both from a non-zero incoming carry, converted between
-PyTorch's (L, B, H) stacks and JAX's per-layer pairs with jax_impl.convert.carry_from_stacked/carry_to_stacked.
+PyTorch's (L, B, H) stacks and JAX's per-layer pairs with parity_tests.twins.jax_carry/stacked_from_jax.
 """
 from __future__ import annotations
 

@@ -17,6 +17,8 @@ from parity_tests.twins import (flax_params, jax_carry, jax_loss_grad, jax_twin,
                                 torch_hidden, torch_loss_and_grads, torch_twin, worst_relative_diff, worst_scaled_diff,
                                 zeros_stacked)
 
+pytestmark = pytest.mark.slow  # tens of seconds each on a 2-core CPU
+
 # A mean of 50 float32 BCE terms near 0.69: one float32 ulp there is 6e-8; 1e-6 allows a few ulps of the
 # differently rounded forward passes and nothing more.
 LOSS_TOL = 1e-6

@@ -21,6 +21,8 @@ from parity_tests.twins import (flax_params, jax_carry, jax_loss_grad, neutral_f
 from torch_impl.model import export_params
 from torch_impl.step import make_optimizer, train_step
 
+pytestmark = pytest.mark.slow  # tens of seconds each on a 2-core CPU
+
 # Read-back precision of the coefficient: m and g are float32 (relative rounding 6e-8 per element), and the
 # estimate averages them over 60k elements; measured agreement is ~1e-8. 1e-7 is the suite's bound.
 COEF_TOL = 1e-7

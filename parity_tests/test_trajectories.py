@@ -19,6 +19,8 @@ from parity_tests import report
 from parity_tests.configs import TRAJECTORY_MODES as MODES, TRAJECTORY_STEPS
 from parity_tests.twins import torch_trajectory
 
+pytestmark = pytest.mark.slow  # tens of seconds each on a 2-core CPU
+
 # Each step's loss is a float32 mean near 0.65 (ulp 6e-8); the two twins round differently in every op, and
 # Adam turns the differences into slightly different parameters, which the next losses feel. Measured:
 # ~3e-7 after 50 steps, ≤ 2e-6 after 200 at this configuration. 1e-4 is the suite's bound, 50x that.

@@ -27,6 +27,8 @@ from parity_tests.twins import (flax_params, jax_carry, jax_loss_grad, jax_twin,
                                 torch_twin, train_batches, worst_relative_diff, zeros_stacked)
 from torch_impl.step import make_optimizer, train_step
 
+pytestmark = pytest.mark.slow  # tens of seconds each on a 2-core CPU
+
 # Each parameter's gradient against its own scale, max|Δg| / max|g|: these gradients are 1e-4 to 1e-2, so
 # the seed-shape bound 1e-5 × max(1, max|g|) would allow a 1-10% error here and could not tell a truncation
 # (which moves some gradients by 2%) from none. Measured agreement: 2-4e-6 relative (float32 rounding

@@ -58,8 +58,9 @@ def torch_hidden(stacked: Stacked, dtype=torch.float32, device: str = "cpu"):
 
 
 def jax_carry(stacked: Stacked, device: Any = None):
-    """(h, c) numpy stacks (L, B, H) → the JAX twin's carry, a tuple of L pairs (via jax_impl.convert)."""
-    return jax.device_put(convert.carry_from_stacked(*stacked), device)
+    """(h, c) numpy stacks (L, B, H) → the JAX twin's carry, a tuple of L pairs ``(h, c)``, each (B, H)."""
+    h, c = stacked
+    return jax.device_put(tuple((np.array(h[k]), np.array(c[k])) for k in range(np.shape(h)[0])), device)
 
 
 def stacked_from_torch(hidden) -> Stacked:
@@ -67,7 +68,9 @@ def stacked_from_torch(hidden) -> Stacked:
 
 
 def stacked_from_jax(carry) -> Stacked:
-    return tuple(np.asarray(a, np.float64) for a in convert.carry_to_stacked(jax.device_get(carry)))
+    """The JAX twin's carry as PyTorch's (h, c) stacks, each (L, B, H), in float64."""
+    carry = jax.device_get(carry)
+    return tuple(np.stack([np.asarray(layer[i], np.float64) for layer in carry]) for i in (0, 1))
 
 
 def torch_inputs(batch: Batch, dtype=torch.float32, device: str = "cpu"):

@@ -3,8 +3,6 @@
 Its ``state_dict`` names are the neutral checkpoint's (``common.params``), so converting is a copy:
 :func:`load_params` (neutral → model) and :func:`export_params` (model → neutral, bitwise for float32).
 """
-from __future__ import annotations
-
 import numpy as np
 import torch
 from torch import nn

@@ -1,53 +1,32 @@
 """The training state behind ``--checkpoint-every`` / ``--resume``: everything a run needs to continue as if it
-had never stopped (bitwise, on the CPU). One directory per checkpoint (``common.runstate`` names it and makes
-it appear atomically):
+had never stopped (bitwise, on the CPU). One directory per checkpoint, made atomically by
+``common.runstate.write_checkpoint``:
 
     model.safetensors      parameters, under the state-dict names, in the compute dtype
     optimizer.safetensors  Adam's state per parameter: NAME.exp_avg, NAME.exp_avg_sq, NAME.step
     carry.safetensors      the carried hidden state h, c, each (L, B, H)
     rng.safetensors        torch's CPU generator state (uint8), and CUDA's when training on a GPU
-    state.json             scalars: format, the run's config, progress, and the size and SHA-256 of every
-                           file above (safetensors has no checksum of its own)
-    progress.json          written by common.runstate
+    state.json             format, version, the run's config, device and Adam's hyperparameters
+    progress.json          common.runstate.Progress
+    checksums.sha256       SHA-256 and size of every file above (safetensors has no checksum of its own)
 
-Any file that is missing, truncated or altered raises :class:`CheckpointError` naming it, so
-``common.runstate.load_latest`` falls back to the previous checkpoint.
+A missing, extra, truncated or altered file is a :class:`CheckpointError` naming it: ``load_latest`` falls back.
 """
-from __future__ import annotations
-
-import hashlib
-import json
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import torch
 from torch import nn
 
-from common.errors import CheckpointError
-from common.files import file_sha256
+from common.errors import CheckpointError, UserError
+from common.files import CHECKSUM_FILE, read_json, verify_manifest, write_json, write_manifest
 from common.runstate import Progress, read_progress
 
 FORMAT = "lstm-twins/torch-training-state"
-VERSION = 2  # 2: the last validation moved into progress.json
+VERSION = 3  # versions 1 and 2 kept their checksums in state.json: refused, not read
 MODEL_FILE, OPTIMIZER_FILE = "model.safetensors", "optimizer.safetensors"
 CARRY_FILE, RNG_FILE, STATE_FILE = "carry.safetensors", "rng.safetensors", "state.json"
-TENSOR_FILES = (MODEL_FILE, OPTIMIZER_FILE, CARRY_FILE, RNG_FILE)
 ADAM_KEYS = ("exp_avg", "exp_avg_sq", "step")
-
-@dataclass
-class TrainingState:
-    """What :func:`load_training_state` read: tensors on the CPU, scalars as saved."""
-
-    params: dict[str, torch.Tensor]
-    adam: dict[str, dict[str, torch.Tensor]]  # parameter name → {exp_avg, exp_avg_sq, step}
-    hidden: tuple[torch.Tensor, torch.Tensor]
-    rng: dict[str, torch.Tensor]  # 'cpu', and 'cuda' when saved on a GPU
-    scalars: dict[str, Any]  # state.json
-
-
-def _digest(obj: Any) -> str:
-    return hashlib.sha256(json.dumps(obj, sort_keys=True).encode("utf-8")).hexdigest()
+Tensors = dict[str, torch.Tensor]
 
 
 def _cpu(t: torch.Tensor) -> torch.Tensor:
@@ -55,111 +34,74 @@ def _cpu(t: torch.Tensor) -> torch.Tensor:
 
 
 def save_training_state(directory: Path, model: nn.Module, optimizer: torch.optim.Optimizer,
-                        hidden: tuple[torch.Tensor, torch.Tensor], cfg, progress: Progress) -> None:
-    """Write the state files into ``directory`` (a fresh temporary directory from common.runstate)."""
+                        hidden: tuple[torch.Tensor, torch.Tensor], cfg) -> None:
+    """Write the state files into ``directory`` (write_checkpoint's, progress.json already there), then the
+    checksums of all."""
     from safetensors.torch import save_file
 
     names = {id(p): name for name, p in model.named_parameters()}
-    adam: dict[str, torch.Tensor] = {}
-    for group in optimizer.param_groups:
-        for p in group["params"]:
-            for key, value in optimizer.state.get(p, {}).items():
-                adam[f"{names[id(p)]}.{key}"] = _cpu(value)
+    adam = {f"{names[id(p)]}.{key}": _cpu(value) for group in optimizer.param_groups for p in group["params"]
+            for key, value in optimizer.state.get(p, {}).items()}
     rng = {"cpu": torch.get_rng_state()}
     if hidden[0].is_cuda:
         rng["cuda"] = torch.cuda.get_rng_state(hidden[0].device)
-    tensors = {MODEL_FILE: {name: _cpu(t) for name, t in model.state_dict().items()},
-               OPTIMIZER_FILE: adam,
-               CARRY_FILE: {"h": _cpu(hidden[0]), "c": _cpu(hidden[1])},
-               RNG_FILE: rng}
-    files = {}
-    for file_name, content in tensors.items():
-        path = directory / file_name
-        save_file(content, str(path))
-        files[file_name] = {"bytes": path.stat().st_size, "sha256": file_sha256(path)}
+    save_file({name: _cpu(t) for name, t in model.state_dict().items()}, str(directory / MODEL_FILE))
+    save_file(adam, str(directory / OPTIMIZER_FILE))
+    save_file({"h": _cpu(hidden[0]), "c": _cpu(hidden[1])}, str(directory / CARRY_FILE))
+    save_file(rng, str(directory / RNG_FILE))
     group = optimizer.param_groups[0]
-    scalars = {"format": FORMAT, "version": VERSION, "torch": torch.__version__, "config": cfg.to_dict(),
-               "progress": progress.to_dict(), "device": str(hidden[0].device),
-               "adam": {"lr": group["lr"], "betas": list(group["betas"]), "eps": group["eps"]},
-               "files": files}
-    scalars["digest"] = _digest(scalars)
-    (directory / STATE_FILE).write_text(json.dumps(scalars, indent=1), encoding="utf-8")
+    write_json(directory / STATE_FILE, {"format": FORMAT, "version": VERSION, "torch": torch.__version__,
+                                        "config": cfg.to_dict(), "device": str(hidden[0].device),
+                                        "adam": {k: group[k] for k in ("lr", "betas", "eps")}})
+    write_manifest(directory)
 
 
-def _read_scalars(directory: Path) -> dict[str, Any]:
-    path = directory / STATE_FILE
-    if not path.is_file():
-        raise CheckpointError(f"{path}: missing")
-    try:
-        scalars = json.loads(path.read_text(encoding="utf-8"))
-        digest = scalars.pop("digest")
-    except (UnicodeDecodeError, ValueError, AttributeError, KeyError, TypeError) as err:
-        raise CheckpointError(f"{path}: corrupt ({type(err).__name__})") from None
-    if digest != _digest(scalars):
-        raise CheckpointError(f"{path}: corrupt (its digest does not match its content)")
-    if scalars.get("format") != FORMAT or scalars.get("version") != VERSION:
+def _check_version(path: Path) -> None:
+    state = read_json(path)
+    version = state.get("version") if isinstance(state, dict) and state.get("format") == FORMAT else None
+    if isinstance(version, int) and version < VERSION:  # a UserError, so load_latest does not fall back
+        raise UserError(f"{path}: a version {version} training checkpoint, whose layout this version of the "
+                        f"project does not read; start a new run (--init-from a neutral checkpoint still works)")
+    if version != VERSION:
         raise CheckpointError(f"{path}: not a {FORMAT} version {VERSION} file")
-    return scalars
 
 
-def _read_tensors(path: Path, expected: dict[str, Any]) -> dict[str, torch.Tensor]:
-    from safetensors import SafetensorError
+def load_training_state(directory: Path) -> tuple[Progress, dict[str, Tensors]]:
+    """Read one checkpoint directory, every file checked against its checksum first: the progress and each
+    safetensors file's tensors (on the CPU) by file name."""
     from safetensors.torch import load_file
 
-    if not path.is_file():
-        raise CheckpointError(f"{path}: missing")
-    size = path.stat().st_size
-    if size != expected["bytes"]:
-        raise CheckpointError(f"{path}: truncated or altered ({size} bytes, {expected['bytes']} written)")
-    if file_sha256(path) != expected["sha256"]:
-        raise CheckpointError(f"{path}: corrupt (SHA-256 differs from the one recorded in {STATE_FILE})")
-    try:
-        return load_file(str(path))
-    except (SafetensorError, OSError, ValueError) as err:
-        raise CheckpointError(f"{path}: unreadable safetensors file ({err})") from None
-
-
-def load_training_state(directory: Path) -> tuple[Progress, TrainingState]:
-    """Read and verify one checkpoint directory. Damage raises :class:`CheckpointError` naming the file
-    (so the caller can fall back); common.runstate.load_latest refuses other trajectory settings."""
     directory = Path(directory)
-    scalars = _read_scalars(directory)
-    progress = read_progress(directory)
-    if progress.to_dict() != scalars["progress"]:
-        raise CheckpointError(f"{directory / 'progress.json'}: altered (it disagrees with {STATE_FILE})")
-    content = {name: _read_tensors(directory / name, scalars["files"][name]) for name in TENSOR_FILES}
-    adam: dict[str, dict[str, torch.Tensor]] = {}
-    for key, value in content[OPTIMIZER_FILE].items():
-        name, _, part = key.rpartition(".")
-        adam.setdefault(name, {})[part] = value
-    carry = content[CARRY_FILE]
-    return progress, TrainingState(content[MODEL_FILE], adam, (carry["h"], carry["c"]), content[RNG_FILE], scalars)
+    if not (directory / CHECKSUM_FILE).exists():  # versions before 3 wrote none: refuse those by name
+        _check_version(directory / STATE_FILE)
+    verify_manifest(directory)
+    _check_version(directory / STATE_FILE)
+    # The bytes are the ones save_file wrote (checked above), so loading them cannot fail.
+    content = {name: load_file(str(directory / name)) for name in (MODEL_FILE, OPTIMIZER_FILE, CARRY_FILE, RNG_FILE)}
+    return read_progress(directory), content
 
 
-def restore_training_state(state: TrainingState, model: nn.Module, optimizer: torch.optim.Optimizer,
+def restore_training_state(content: dict[str, Tensors], model: nn.Module, optimizer: torch.optim.Optimizer,
                            device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-    """Put ``state`` back into ``model``, ``optimizer`` and torch's generators; return the carried hidden."""
-    model_state = model.state_dict()
-    for name, value in state.params.items():
-        if name not in model_state or model_state[name].shape != value.shape:
+    """Put what :func:`load_training_state` read back into ``model``, ``optimizer`` and torch's generators;
+    return the carried hidden (h, c), each (L, B, H)."""
+    params, model_state = content[MODEL_FILE], model.state_dict()
+    for name in params.keys() | model_state.keys():
+        if name not in params or name not in model_state or params[name].shape != model_state[name].shape:
             raise CheckpointError(f"{MODEL_FILE}: tensor {name!r} does not fit the model")
-    with torch.no_grad():
-        for name, tensor in model_state.items():
-            tensor.copy_(state.params[name])
+    model.load_state_dict(params)  # copies into each parameter, in its dtype
     names = {id(p): name for name, p in model.named_parameters()}
-    saved = optimizer.state_dict()
-    index = 0
-    for group in optimizer.param_groups:
-        for p in group["params"]:
-            name = names[id(p)]
-            if name in state.adam:
-                if set(state.adam[name]) != set(ADAM_KEYS):
-                    raise CheckpointError(f"{OPTIMIZER_FILE}: {name!r} lacks some of {ADAM_KEYS}")
-                saved["state"][index] = dict(state.adam[name])
-            index += 1
+    adam, saved = content[OPTIMIZER_FILE], optimizer.state_dict()
+    for index, name in enumerate(names[id(p)] for group in optimizer.param_groups for p in group["params"]):
+        found = {key: adam[f"{name}.{key}"] for key in ADAM_KEYS if f"{name}.{key}" in adam}
+        if 0 < len(found) < len(ADAM_KEYS):
+            raise CheckpointError(f"{OPTIMIZER_FILE}: {name!r} lacks some of {ADAM_KEYS}")
+        if found:
+            saved["state"][index] = found
     optimizer.load_state_dict(saved)  # casts exp_avg/exp_avg_sq to each parameter's device and dtype
-    torch.set_rng_state(state.rng["cpu"])
-    if "cuda" in state.rng and device.type == "cuda":
-        torch.cuda.set_rng_state(state.rng["cuda"], device)
-    dtype = model.fc.weight.dtype
-    return tuple(t.to(device, dtype) for t in state.hidden)
+    rng = content[RNG_FILE]
+    torch.set_rng_state(rng["cpu"])
+    if "cuda" in rng and device.type == "cuda":
+        torch.cuda.set_rng_state(rng["cuda"], device)
+    carry = content[CARRY_FILE]
+    return carry["h"].to(device, model.fc.weight.dtype), carry["c"].to(device, model.fc.weight.dtype)

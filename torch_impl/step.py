@@ -3,8 +3,6 @@
     loss, hidden = train_step(model, optimizer, hidden, batch, cfg)   # detach, forward, BCE, backward, clip, Adam
     loss_sum, correct = eval_step(model, batch)                      # zero hidden state, dropout off
 """
-from __future__ import annotations
-
 import math
 
 import torch
@@ -25,12 +23,11 @@ def resolve_device(name: str) -> torch.device:
     if name in ("gpu", "cuda") and not torch.cuda.is_available():
         raise ConfigError(f"--device {name}: PyTorch sees no CUDA GPU here (torch {torch.__version__}); "
                           f"use --device cpu or auto")
-    if name == "cpu" or (name == "auto" and not torch.cuda.is_available()):
-        return torch.device("cpu")
-    return torch.device("cuda")
+    return torch.device("cuda" if name != "cpu" and torch.cuda.is_available() else "cpu")
 
 
 def resolve_dtype(name: str) -> torch.dtype:
+    """``--dtype`` → the torch dtype (bfloat16 is JAX-only: a ConfigError)."""
     if name not in DTYPES:
         raise ConfigError(f"--dtype {name} is not supported by torch_impl (use float32 or float64)")
     return DTYPES[name]

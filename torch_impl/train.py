@@ -8,8 +8,6 @@ every batch (``repackage_hidden``), then BCELoss on the sigmoid output, gradient
 Several devices: ``torchrun --nproc_per_node N -m torch_impl.train ...`` trains the same global batches with
 DistributedDataParallel, each process on its slice of every batch (:mod:`torch_impl.distributed`).
 """
-from __future__ import annotations
-
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -104,7 +102,7 @@ class TorchTwin:
         saved = carry if self.world is None else self.world.gather_hidden(carry)  # the global carry
         if self.is_main:
             write_checkpoint(root, progress, lambda d: save_training_state(
-                d, self.model, state.optimizer, saved, self.cfg, progress), keep=keep)
+                d, self.model, state.optimizer, saved, self.cfg), keep=keep)
 
     def restore_state(self, path: Path, state: TrainState, carry: Hidden) -> tuple[Progress, tuple[Any, Hidden]]:
         progress, saved = load_training_state(path)

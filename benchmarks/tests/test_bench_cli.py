@@ -57,6 +57,8 @@ def test_quick_run_writes_the_table_results_json_markdown_and_charts(tmp_path):
         assert r["step_s"]["p25"] <= r["step_s"]["median"] <= r["step_s"]["p75"]
         assert r["samples_per_s"] == pytest.approx(r["config"]["batch_size"] / r["step_s"]["median"], rel=1e-9)
         assert r["peak_mem_mb"] > 0 and 0 < r["utilisation"] < 1.5
+        # The LSTM implementation that ran: the JAX default at float32 is the fused one.
+        assert r["lstm_impl"] == {"torch": "nn.LSTM", "jax": "fused"}[r["framework"]]
 
     if BOTH:
         parity = doc["parity"]

@@ -6,6 +6,8 @@ import pytest
 from benchmarks import bench, convergence
 from benchmarks.convergence import RunResult, aggregate, summarise_run
 from benchmarks.tests.command import BOTH, run_bench
+from common.config import Config
+from common.data import prepare_data
 
 
 def _records(step_seconds, val_every, accuracies, test_accuracy=0.9):
@@ -72,7 +74,11 @@ def test_quick_convergence_run_writes_curves_tables_and_results(tmp_path):
     assert "| twin | seed | test loss | test acc |" in proc.stdout
     doc = json.loads((out / "results.json").read_text(encoding="utf-8"))
     assert doc["mode"] == "convergence" and doc["frameworks"] == ["torch", "jax"]
-    assert doc["split_sizes"]["train"] == int(convergence.QUICK_MAX_TEXTS * 0.8) or doc["split_sizes"]["train"] > 0
+    # --quick trains on a seeded sample of QUICK_MAX_TEXTS raw texts, cleaned and split 80/10/10 as usual.
+    kept = prepare_data(Config(data=str(out / "quick-corpus.tsv"), batch_size=1)).stats.kept
+    assert 0 < kept <= convergence.QUICK_MAX_TEXTS
+    assert doc["split_sizes"] == {"train": int(kept * 0.8), "val": int(kept * 0.1),
+                                  "test": kept - int(kept * 0.8) - int(kept * 0.1)}
     for run in doc["runs"]:
         assert len(run["epochs"]) == convergence.QUICK_CONFIG["epochs"]
         assert 0.0 <= run["test_accuracy"] <= 1.0 and run["compile_s"] >= 0.0

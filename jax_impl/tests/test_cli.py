@@ -55,6 +55,7 @@ def test_a_bad_checkpoint_for_predict_is_one_line(tmp_path, capsys):
     assert "no such checkpoint directory" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_three_steps_on_the_real_corpus(tmp_path, capsys):
     metrics = tmp_path / "metrics.jsonl"
     status = main(["--max-steps", "3", "--embed-dim", "8", "--hidden-dim", "16", "--seq-len", "16",

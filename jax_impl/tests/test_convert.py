@@ -41,15 +41,3 @@ def test_neutral_checkpoint_round_trip_is_bitwise(tiny, tmp_path):
     for a, b in zip(jax.tree_util.tree_leaves(params), jax.tree_util.tree_leaves(reloaded)):
         assert np.array_equal(a, b)
     assert ckpt.vocab == tiny.data.vocab and ckpt.tokenizer == tiny.data.tokenizer
-
-
-def test_carry_round_trips_through_pytorchs_stacked_layout():
-    from jax_impl.convert import carry_from_stacked, carry_to_stacked
-    rng = np.random.default_rng(0)
-    carry = tuple((rng.standard_normal((4, 5)).astype(np.float32), rng.standard_normal((4, 5)).astype(np.float32))
-                  for _ in range(3))
-    h, c = carry_to_stacked(carry)
-    assert h.shape == c.shape == (3, 4, 5)
-    assert np.array_equal(h[1], carry[1][0]) and np.array_equal(c[2], carry[2][1])
-    back = carry_from_stacked(h, c)
-    assert all(np.array_equal(a, b) for a, b in zip(jax.tree_util.tree_leaves(back), jax.tree_util.tree_leaves(carry)))

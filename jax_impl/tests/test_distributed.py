@@ -24,6 +24,8 @@ from common.metrics import evaluations as metric_evaluations, read_metrics, step
 from jax_impl.distributed import placement
 from jax_impl.tests.conftest import write_corpus
 
+pytestmark = pytest.mark.slow  # tens of seconds each on a 2-core CPU
+
 ROOT = Path(__file__).resolve().parents[2]
 STEPS = 50
 

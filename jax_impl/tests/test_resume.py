@@ -15,15 +15,18 @@ import pytest
 from common.checkpoint import load_checkpoint
 from common.config import parse_config
 from common.errors import CheckpointError
+from common.files import CHECKSUM_FILE
 from common.metrics import read_metrics
 from common.runstate import Progress, checkpoint_dirs, load_latest, step_dir
 from common.data import prepare_data
 from common.params import init_params
 from jax_impl.model import model_from_config
 from jax_impl.tests.conftest import Tiny
-from jax_impl.state import CHECKSUM_FILE, STATE_ITEM, load_training_state, save_training_state
+from jax_impl.state import STATE_ITEM, load_training_state, save_training_state
 from jax_impl.step import create_train_state, zero_carry
 from jax_impl.train import PROG, train
+
+pytestmark = pytest.mark.slow  # tens of seconds each on a 2-core CPU
 
 RUN_DIR = Path("checkpoints")
 PROGRESS_FILE = "progress/metadata"  # Orbax's JSON item  # relative to each run's working directory

@@ -72,6 +72,7 @@ def test_detach_does_not_change_the_parameter_gradient_in_jax(by_detach):
         assert np.array_equal(a, b)
 
 
+@pytest.mark.slow
 def test_tbptt_gradient_is_truncated_only_by_the_stop_gradient_at_chunk_boundaries(tiny, two_batches, by_detach):
     _, b2, carry = two_batches
     full_loss, full, _ = by_detach[True]

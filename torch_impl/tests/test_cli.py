@@ -88,6 +88,7 @@ def test_init_from_starts_from_the_checkpoint_weights_and_vocabulary(tmp_path, t
         assert started[name].tobytes() == value.tobytes(), name
 
 
+@pytest.mark.slow
 def test_short_run_on_the_real_corpus(tmp_path):
     metrics = tmp_path / "metrics.jsonl"
     result = torch_train.train(Config(

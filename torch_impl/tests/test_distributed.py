@@ -26,6 +26,8 @@ from torch_impl.distributed import World, check_config, dropout_seed
 from torch_impl.tests.conftest import ROOT, write_corpus
 from torch_impl.train import train
 
+pytestmark = pytest.mark.slow  # tens of seconds each on a 2-core CPU
+
 STEPS = 50
 
 

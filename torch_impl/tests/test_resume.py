@@ -19,6 +19,8 @@ from torch_impl import train as torch_train
 from torch_impl.state import CARRY_FILE, MODEL_FILE, OPTIMIZER_FILE, RNG_FILE, STATE_FILE, load_training_state
 from torch_impl.tests.conftest import run_cli, spawn_cli, tiny_args
 
+pytestmark = pytest.mark.slow  # tens of seconds each on a 2-core CPU
+
 EPOCHS = 3  # 24 steps each: the run ends at step 72
 
 
