@@ -1,10 +1,10 @@
 """The JAX/Flax twin, timed through the functions its trainer uses.
 
-``jax_impl.model.model_from_config`` builds the model; ``jax_impl.train.create_train_state`` starts from the
+``jax_impl.model.model_from_config`` builds the model; ``jax_impl.step.create_train_state`` starts from the
 shared initial weights; the jitted functions from ``make_train_step`` / ``make_eval_step`` are timed as
 the trainer calls them: ``train_step(state, zero_carry/carry, batch_to_device(batch, device), base_key)``
 and ``eval_step(params, padded_eval_batch(batch, B, device))``, the host-to-device copy of each batch
-inside the timed step (as ``torch_impl.train.train_step`` converts its batch too). Compilation is timed
+inside the timed step (as ``torch_impl.step.train_step`` converts its batch too). Compilation is timed
 explicitly and apart: ``jitted.lower(...)`` then ``.compile()``; the first call after it (which reuses that
 executable) is reported as the first step.
 

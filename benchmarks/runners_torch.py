@@ -1,7 +1,7 @@
 """The PyTorch twin, timed through the functions its trainer uses.
 
 ``torch_impl.model.model_from_config`` / ``load_params`` build the model from the shared initial weights,
-placed as the trainer places it (``resolve_device`` / ``resolve_dtype``); ``torch_impl.train.make_optimizer``
+placed as the trainer places it (``resolve_device`` / ``resolve_dtype``); ``torch_impl.step.make_optimizer``
 / ``train_step`` / ``eval_step`` are timed as they are (no copy). ``train_step`` converts the numpy batch
 to tensors on the device itself, so that conversion is part of every timed step; ``eval_step`` returns
 Python numbers, so every inference step ends with a host synchronisation (as in the trainer).

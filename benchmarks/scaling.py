@@ -6,11 +6,11 @@
 
 Each point runs the twins' own training step, as their trainers call it, in fresh processes:
 
-- JAX: one process, ``jax_impl.train.make_train_step`` on ``jax_impl.distributed.placement`` with
+- JAX: one process, ``jax_impl.step.make_train_step`` on ``jax_impl.distributed.placement`` with
   ``--devices N``; ``XLA_FLAGS=--xla_force_host_platform_device_count=N`` gives the CPU N simulated devices
   (on a GPU or TPU host the real devices are used and the flag changes nothing).
 - PyTorch: N processes started as torchrun starts them (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``,
-  ``MASTER_ADDR=127.0.0.1``, ``MASTER_PORT``), each running ``torch_impl.train.train_step`` through
+  ``MASTER_ADDR=127.0.0.1``, ``MASTER_PORT``), each running ``torch_impl.step.train_step`` through
   DistributedDataParallel (gloo on the CPU, NCCL on GPUs) on its slice of every global batch, plus the
   all-reduce of the loss the trainer does; N = 1 is the plain single process.
 

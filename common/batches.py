@@ -31,14 +31,11 @@ def num_train_batches(n: int, batch_size: int) -> int:
 def batches(split, batch_size: int, *, shuffle_seed: int | None = None, epoch: int = 0,
             start: int = 0) -> Iterator[Batch]:
     """:class:`Batch` es of ``split`` (an ``EncodedSplit``) from batch ``start`` on (resuming inside an epoch).
-    Training (``shuffle_seed`` given): shuffled per epoch from ``(shuffle_seed, epoch)``, the last partial batch
-    dropped (the carried state has a fixed batch shape). Evaluation (``shuffle_seed=None``): in order, every
-    example exactly once, the last batch possibly smaller."""
+    Training (``shuffle_seed`` given): in :func:`epoch_order`, the last partial batch dropped (the carried state
+    has a fixed batch shape). Evaluation: in order, every example exactly once, the last batch possibly smaller."""
     n = len(split.labels)
-    if shuffle_seed is None:
-        order, stop = np.arange(n), n
-    else:
-        order, stop = epoch_order(n, shuffle_seed, epoch), num_train_batches(n, batch_size) * batch_size
+    order = np.arange(n) if shuffle_seed is None else epoch_order(n, shuffle_seed, epoch)
+    stop = n if shuffle_seed is None else num_train_batches(n, batch_size) * batch_size
     for lo in range(start * batch_size, stop, batch_size):
         idx = order[lo: lo + batch_size]
         # A text with no tokens is read as one <pad>: packed sequences need a length of at least 1.

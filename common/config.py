@@ -70,15 +70,13 @@ class Config:
     seed: int = field(default=0, metadata=_opt(
         "seed of initial weights, batch order and dropout", "training", minimum=0))
     skip_nonfinite: bool = field(default=False, metadata=_opt(
-        "skip (and count) steps whose loss or gradient is not finite, instead of stopping", "training",
-        resumable=True))
+        "skip (and count) steps whose loss or gradient is not finite, instead of stopping", "training", resumable=True))
     # run
     device: str = field(default="auto", metadata=_opt(
         "auto (an accelerator when present), cpu, gpu (alias cuda) or tpu", "run",
         choices=("auto", "cpu", "gpu", "cuda", "tpu"), resumable=True))
     devices: int = field(default=0, metadata=_opt(
-        "data-parallel devices (JAX: 0 = all local devices; PyTorch: set by torchrun's WORLD_SIZE)", "run",
-        minimum=0))
+        "data-parallel devices (JAX: 0 = all local devices; PyTorch: set by torchrun's WORLD_SIZE)", "run", minimum=0))
     dtype: str = field(default="float32", metadata=_opt(
         "compute dtype; float32 is the parity setting", "run", choices=("float32", "bfloat16", "float64")))
     log_every: int = field(default=100, metadata=_opt(
@@ -95,8 +93,7 @@ class Config:
         "write a training checkpoint (for --resume) every N steps and at each epoch's end (0: off)", "files",
         minimum=0))
     checkpoint_dir: str | None = field(default=None, metadata=_opt(
-        "directory for training checkpoints (default: the --resume directory, else a new runs/<twin>-<time>)",
-        "files"))
+        "directory for training checkpoints (default: the --resume directory, else a new runs/<twin>-<time>)", "files"))
     resume: str | None = field(default=None, metadata=_opt(
         "continue from the newest good training checkpoint under this directory", "files"))
     keep_checkpoints: int = field(default=3, metadata=_opt(
@@ -150,10 +147,6 @@ def flag(name: str) -> str:
     return name.replace("_", "-")
 
 
-def _type_of(f) -> type:
-    return {int: int, float: float, str: str, bool: bool}.get(type(f.default), str)
-
-
 class Parser(argparse.ArgumentParser):
     """argparse that raises ConfigError (one line at the CLI boundary) instead of printing usage and exiting."""
 
@@ -162,8 +155,7 @@ class Parser(argparse.ArgumentParser):
 
 
 def make_parser(prog: str, description: str, exclude: Sequence[str] = ()) -> argparse.ArgumentParser:
-    """An argparse parser with one flag per :class:`Config` field (``embed_dim`` → ``--embed-dim``), in the
-    field's group."""
+    """An argparse parser with one flag per :class:`Config` field (``--embed-dim``), in the field's group."""
     parser = Parser(prog=prog, description=description, formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     groups = {name: parser.add_argument_group(name) for name in GROUPS}
     for f in fields(Config):
@@ -174,15 +166,15 @@ def make_parser(prog: str, description: str, exclude: Sequence[str] = ()) -> arg
             group.add_argument(f"--{flag(f.name)}", dest=f.name, default=f.default,
                                action=argparse.BooleanOptionalAction, help=f.metadata["help"])
         else:
-            group.add_argument(f"--{flag(f.name)}", dest=f.name, default=f.default, type=_type_of(f),
+            group.add_argument(f"--{flag(f.name)}", dest=f.name, default=f.default,
+                               type={int: int, float: float}.get(type(f.default), str),  # None (no default): str
                                choices=f.metadata["choices"], help=f.metadata["help"],
                                metavar=f.name.upper() if not f.metadata["choices"] else None)
     return parser
 
 
 def config_from_namespace(ns: argparse.Namespace) -> Config:
-    names = {f.name for f in fields(Config)}
-    return Config(**{k: v for k, v in vars(ns).items() if k in names})
+    return Config(**{name: getattr(ns, name) for name in field_names() if name in ns})
 
 
 def parse_config(argv: Sequence[str] | None, prog: str, description: str) -> Config:
@@ -193,11 +185,10 @@ def parse_config(argv: Sequence[str] | None, prog: str, description: str) -> Con
 def to_argv(cfg: Config, exclude: Sequence[str] = ()) -> list[str]:
     """The command-line flags that rebuild ``cfg`` (fields left at their defaults are omitted):
     ``parse_config(to_argv(cfg), ...) == cfg``. Used to start a twin's trainer in a subprocess."""
-    defaults = Config()
     argv: list[str] = []
     for f in fields(Config):
         value = getattr(cfg, f.name)
-        if f.name in exclude or value == getattr(defaults, f.name):
+        if f.name in exclude or value == f.default:
             continue
         if isinstance(f.default, bool):
             argv.append(f"--{flag(f.name)}" if value else f"--no-{flag(f.name)}")

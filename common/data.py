@@ -1,6 +1,5 @@
 """The data pipeline: raw corpus → cleaned → split 80/10/10 → tokenized → vocabulary (train only) → encoded.
-``python -m common.data summary`` describes a corpus; ``python -m common.data export --out DIR`` writes the
-split as TSV files so anyone can check it."""
+``python -m common.data summary`` describes a corpus; ``export --out DIR`` writes the split as TSV anyone can check."""
 import csv
 import sys
 from dataclasses import dataclass
@@ -32,8 +31,7 @@ def clean(texts: Sequence[str], labels: Sequence[int]) -> tuple[list[str], np.nd
     seen: dict[str, set[int]] = {}  # insertion order is first-occurrence order
     empty = 0
     for text, label in zip(texts, labels):
-        text = text.strip()
-        if text:
+        if text := text.strip():
             seen.setdefault(text, set()).add(int(label))
         else:
             empty += 1
@@ -132,8 +130,7 @@ def export_split(data: Dataset, out: Path) -> list[Path]:
         try:
             with open(tmp, "w", encoding="utf-8", newline="") as f:
                 writer = csv.writer(f, delimiter="\t", lineterminator="\n")
-                writer.writerow(["text", "label"])
-                writer.writerows((text, int(label)) for text, label in zip(split.texts, split.labels))
+                writer.writerows([("text", "label"), *zip(split.texts, map(int, split.labels))])
             tmp.replace(path)
         except OSError as err:
             raise DataError(f"{path}: cannot write ({err.strerror})") from None

@@ -23,7 +23,6 @@ class CheckpointError(UserError):
 
 def cli_main(main: Callable[..., int | None]) -> Callable[..., int]:
     """Run ``main``; print a :class:`UserError` as ``error: ...`` on stderr and return 2 (Ctrl-C: 130)."""
-
     @functools.wraps(main)
     def wrapped(*args, **kwargs) -> int:
         try:

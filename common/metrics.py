@@ -73,8 +73,7 @@ def training_steps(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def step_losses(records: list[dict[str, Any]]) -> list[float | None]:
-    """The training losses in step order (``None`` for a skipped non-finite step). Training steps that are
-    not 1, 2, 3, ... (a gap or a duplicate) are a ``ValueError``."""
+    """Training losses in step order (``None``: a skipped non-finite step); ``ValueError`` unless steps are 1, 2, ..."""
     steps = training_steps(records)
     if [r["step"] for r in steps] != list(range(1, len(steps) + 1)):
         raise ValueError("the training steps of the metrics records are not 1, 2, 3, ...")

@@ -23,12 +23,9 @@ def shapes_for(cfg, vocab_size: int) -> dict[str, tuple[int, ...]]:
 def init_params(vocab_size: int, embed_dim: int, hidden_dim: int, layers: int, seed: int) -> Params:
     """Initial float32 parameters from PyTorch's default distributions: ``nn.Embedding`` N(0, 1); ``nn.LSTM``
     every weight and bias U(-1/√H, 1/√H); ``nn.Linear`` weight (kaiming_uniform with a=√5) and bias both
-    U(-1/√fan_in, 1/√fan_in). Drawn in float64 from ``numpy.random.default_rng(seed)`` in state-dict order,
-    then rounded to float32."""
+    U(-1/√fan_in, 1/√fan_in). Drawn in float64 from ``default_rng(seed)`` in state-dict order, then rounded."""
     rng = np.random.default_rng(seed)
     bound = 1.0 / np.sqrt(hidden_dim)  # LSTM: 1/√H; fc: 1/√fan_in with fan_in = H
-    params: Params = {}
-    for name, shape in param_shapes(vocab_size, embed_dim, hidden_dim, layers).items():
-        values = rng.standard_normal(shape) if name == "embedding.weight" else rng.uniform(-bound, bound, shape)
-        params[name] = values.astype(np.float32)
-    return params
+    drawn = {name: rng.standard_normal(shape) if name == "embedding.weight" else rng.uniform(-bound, bound, shape)
+             for name, shape in param_shapes(vocab_size, embed_dim, hidden_dim, layers).items()}
+    return {name: values.astype(np.float32) for name, values in drawn.items()}

@@ -1,5 +1,4 @@
-"""The predict command line both twins share: flags, encoding, the decision rule and the output format; a twin
-adds only its model, as ``probs(ckpt, texts, device)`` → (N,) P(positive)."""
+"""The predict command line both twins share; a twin adds only ``probs(ckpt, texts, device)`` → (N,) P(positive)."""
 import argparse
 import json
 from dataclasses import fields
@@ -33,29 +32,25 @@ def predict_parser(prog: str) -> argparse.ArgumentParser:
 def encode_for(ckpt: Checkpoint, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray | None]:
     """``texts`` encoded as the checkpoint's training data was (its vocabulary, tokenizer, ``seq_len`` and padding):
     tokens (N, T) int32, and lengths (N,) int32 for right padding (≥ 1: an empty text reads one <pad>), else None."""
-    padding = ckpt.config.padding
-    tokens, lengths = encode_texts(texts, ckpt.vocab, ckpt.tokenizer, ckpt.config.seq_len, padding)
-    return tokens, np.maximum(lengths, 1) if padding == "right" else None
+    tokens, lengths = encode_texts(texts, ckpt.vocab, ckpt.tokenizer, ckpt.config.seq_len, ckpt.config.padding)
+    return tokens, np.maximum(lengths, 1) if ckpt.config.padding == "right" else None
 
 
 def format_predictions(texts: Sequence[str], probs: Sequence[float], as_json: bool) -> str:
     """``prob`` is P(positive); ``label`` is 'positive' when :func:`is_positive`, else 'negative'."""
     rows = [{"text": t, "prob": float(p), "label": "positive" if is_positive(p) else "negative"}
             for t, p in zip(texts, probs)]
-    if as_json:
-        return json.dumps(rows, ensure_ascii=False)
-    return "\n".join(f"{r['prob']:.4f}\t{r['label']}\t{r['text']}" for r in rows)
+    return (json.dumps(rows, ensure_ascii=False) if as_json
+            else "\n".join(f"{r['prob']:.4f}\t{r['label']}\t{r['text']}" for r in rows))
 
 
 def predict_main(prog: str, resolve_device: Callable, probs: Callable) -> Callable[..., int]:
     """A twin's ``main(argv)``: flags, ``resolve_device(--device)``, the checkpoint, then one row per text."""
-
     @cli_main
     def main(argv: Sequence[str] | None = None) -> int:
         args = predict_parser(prog).parse_args(argv)
         device = resolve_device(args.device)
-        ckpt = load_checkpoint(args.checkpoint)
-        print(format_predictions(args.texts, probs(ckpt, args.texts, device), args.json))
+        print(format_predictions(args.texts, probs(load_checkpoint(args.checkpoint), args.texts, device), args.json))
         return 0
 
     return main

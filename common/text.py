@@ -18,26 +18,20 @@ def _is_cjk(ch: str) -> bool:
             or 0xF900 <= cp <= 0xFAFF or 0x3040 <= cp <= 0x30FF or 0xAC00 <= cp <= 0xD7AF)
 
 
-def _is_punctuation(ch: str) -> bool:
-    # Unicode categories P* (a superset of string.punctuation that also covers CJK punctuation)
-    # plus the ASCII symbols string.punctuation holds outside P* ($ + < = > ^ ` | ~).
-    return unicodedata.category(ch).startswith("P") or ch in "$+<=>^`|~"
-
-
 def char_tokens(text: str) -> list[str]:
-    """Every non-whitespace character is a token."""
     return [ch for ch in text if not ch.isspace()]
 
 
 def word_tokens(text: str) -> list[str]:
     """Lower-case, punctuation stripped, split on whitespace (the classic English notebook)."""
-    return "".join(ch for ch in text.lower() if not _is_punctuation(ch)).split()
+    # Unicode categories P* (a superset of string.punctuation, CJK punctuation included) plus string.punctuation's rest.
+    return "".join(ch for ch in text.lower()
+                   if not (unicodedata.category(ch).startswith("P") or ch in "$+<=>^`|~")).split()
 
 
 def choose_tokenizer(texts: Iterable[str]) -> str:
     """'char' when most letters (Unicode category L*) in ``texts`` are CJK, else 'word'."""
-    letters = collections.Counter(_is_cjk(ch) for text in texts for ch in text
-                                  if unicodedata.category(ch).startswith("L"))
+    letters = collections.Counter(_is_cjk(ch) for t in texts for ch in t if unicodedata.category(ch).startswith("L"))
     return "char" if letters[True] > letters[False] else "word"
 
 
@@ -70,9 +64,7 @@ def build_vocab(token_lists: Iterable[Sequence[str]], min_freq: int = 1, max_siz
     """Fit a vocabulary on (training) token lists. ``max_size`` counts <pad> and <unk>; 0 means no limit."""
     counts = collections.Counter(tok for toks in token_lists for tok in toks)
     ranked = sorted((tok for tok, n in counts.items() if n >= min_freq), key=lambda tok: (-counts[tok], tok))
-    if max_size:
-        ranked = ranked[: max_size - 2]
-    return Vocab((PAD, UNK, *ranked))
+    return Vocab((PAD, UNK, *(ranked[: max_size - 2] if max_size else ranked)))
 
 
 def encode(ids: Sequence[Sequence[int]], seq_len: int, padding: str = "left") -> tuple[np.ndarray, np.ndarray]:
@@ -81,8 +73,7 @@ def encode(ids: Sequence[Sequence[int]], seq_len: int, padding: str = "left") ->
     column); ``'right'`` puts the text first, for the masked variable-length path."""
     if padding not in ("left", "right"):
         raise ValueError(f"padding must be 'left' or 'right', got {padding!r}")
-    tokens = np.zeros((len(ids), seq_len), dtype=np.int32)
-    lengths = np.zeros(len(ids), dtype=np.int32)
+    tokens, lengths = np.zeros((len(ids), seq_len), dtype=np.int32), np.zeros(len(ids), dtype=np.int32)
     for i, row in enumerate(ids):
         lengths[i] = n = min(len(row), seq_len)
         lo = seq_len - n if padding == "left" else 0

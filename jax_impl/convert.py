@@ -22,8 +22,7 @@ def to_flax(neutral: Neutral, dtype: Any = None) -> FlaxParams:
 
     def take(name: str, transpose: bool = False) -> np.ndarray:
         arr = np.asarray(neutral[name])
-        arr = arr.T if transpose else arr
-        return np.array(arr, dtype=dtype or arr.dtype, order="C")  # a contiguous copy
+        return np.array(arr.T if transpose else arr, dtype=dtype or arr.dtype, order="C")  # a contiguous copy
 
     lstm = {name[len("lstm."):]: take(name) for name in neutral if name.startswith("lstm.")}
     return {"embedding": {"embedding": take("embedding.weight")}, "lstm": lstm,

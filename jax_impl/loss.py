@@ -43,9 +43,8 @@ def _bce_forward(logits: jax.Array, labels: jax.Array):
 def _bce_backward(residuals, g: jax.Array):
     p, labels = residuals
     y = labels.astype(p.dtype)
-    n = p.shape[0]
     # The same operations in the same order as PyTorch's two backward kernels, so the rounding matches too.
-    grad_p = g * (p - y) / jnp.maximum((1 - p) * p, jnp.asarray(GRAD_EPS, p.dtype)) / n
+    grad_p = g * (p - y) / jnp.maximum((1 - p) * p, jnp.asarray(GRAD_EPS, p.dtype)) / p.shape[0]
     grad_z = grad_p * (1 - p) * p
     return grad_z, jnp.zeros_like(labels)
 

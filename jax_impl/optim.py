@@ -15,8 +15,7 @@ TORCH_CLIP_EPS = 1e-6  # torch.nn.utils.clip_grad_norm_ adds it to the norm
 
 def global_norm_torch(grads: Any) -> jax.Array:
     """‖all grads‖₂ computed as PyTorch does: the 2-norm of the per-tensor 2-norms."""
-    norms = jnp.stack([jnp.linalg.norm(g.ravel()) for g in jax.tree_util.tree_leaves(grads)])
-    return jnp.linalg.norm(norms)
+    return jnp.linalg.norm(jnp.stack([jnp.linalg.norm(g.ravel()) for g in jax.tree_util.tree_leaves(grads)]))
 
 
 def clip_coefficient(grads: Any, max_norm: float) -> jax.Array:

@@ -87,9 +87,8 @@ def padded_eval_batch(batch: Batch, batch_size: int, device: Where | None = None
         return np.concatenate([a, np.full((pad, *a.shape[1:]), fill, a.dtype)]) if pad else a
 
     padded = Batch(grow(batch.tokens, 0), grow(batch.labels, 0), grow(batch.lengths, 1))
-    out = batch_to_device(padded, device)
-    out["weights"] = put(np.concatenate([np.ones(n, np.float32), np.zeros(pad, np.float32)]), device)
-    return out
+    weights = np.concatenate([np.ones(n, np.float32), np.zeros(pad, np.float32)])
+    return {**batch_to_device(padded, device), "weights": put(weights, device)}
 
 
 def forward(model: SentimentRNN, params: Any, batch: DeviceBatch, carry: Carry, key: jax.Array, *, train: bool,
@@ -106,24 +105,21 @@ def forward(model: SentimentRNN, params: Any, batch: DeviceBatch, carry: Carry, 
     if not tbptt or tbptt >= seq_len:
         return model.apply({"params": params}, tokens, carry, lengths, train=train, rngs={"dropout": key})
 
-    def run_chunk(carry: Carry, chunk: jax.Array, index: jax.Array) -> tuple[jax.Array, Carry]:
+    def run_chunk(carry: Carry, xs: tuple[jax.Array, jax.Array]) -> tuple[Carry, jax.Array]:
+        """``xs``: (chunk index, tokens (B, K)) → ``(carry, logits (B,))``, the shape of a ``lax.scan`` body."""
+        index, chunk = xs
         logits, carry = model.apply({"params": params}, chunk, carry, None, train=train,
                                     rngs={"dropout": jax.random.fold_in(key, index)})
         if truncate_chunks:
             carry = jax.lax.stop_gradient(carry)  # the chunk boundary: no gradient into earlier chunks
-        return logits, carry
+        return carry, logits
 
     full, rest = divmod(seq_len, tbptt)
     chunks = tokens[:, :full * tbptt].reshape(tokens.shape[0], full, tbptt).swapaxes(0, 1)  # (n, B, K)
-
-    def body(carry: Carry, xs: tuple[jax.Array, jax.Array]) -> tuple[Carry, jax.Array]:
-        logits, carry = run_chunk(carry, xs[1], xs[0])
-        return carry, logits
-
-    carry, chunk_logits = jax.lax.scan(body, carry, (jnp.arange(full, dtype=jnp.int32), chunks))
+    carry, chunk_logits = jax.lax.scan(run_chunk, carry, (jnp.arange(full, dtype=jnp.int32), chunks))
     logits = chunk_logits[-1]
     if rest:
-        logits, carry = run_chunk(carry, tokens[:, full * tbptt:], jnp.int32(full))
+        carry, logits = run_chunk(carry, (jnp.int32(full), tokens[:, full * tbptt:]))
     return logits, carry
 
 
@@ -170,14 +166,9 @@ def make_train_step(model: SentimentRNN, cfg: Config, *, truncate_chunks: bool =
         if cfg.skip_nonfinite:
             # A non-finite step leaves params, optimizer state and carry as they were (inside the jitted
             # step, so nothing leaves the device to decide it).
-            def keep_if_bad(new: Any, old: Any) -> Any:
-                return jax.tree_util.tree_map(lambda a, b: jnp.where(finite, a, b), new, old)
-
-            params = keep_if_bad(params, state.params)
-            opt_state = keep_if_bad(opt_state, state.opt_state)
-            new_carry = keep_if_bad(new_carry, carry)
-        new_state = TrainState(params=params, opt_state=opt_state, step=state.step + 1)
-        return new_state, new_carry, StepMetrics(loss=loss, finite=finite)
+            new, old = (params, opt_state, new_carry), (state.params, state.opt_state, carry)
+            params, opt_state, new_carry = jax.tree_util.tree_map(lambda a, b: jnp.where(finite, a, b), new, old)
+        return TrainState(params=params, opt_state=opt_state, step=state.step + 1), new_carry, StepMetrics(loss, finite)
 
     return jax.jit(train_step, donate_argnums=(0,))
 

@@ -2,7 +2,7 @@
 V 4398), the embedding's included.
 
 PyTorch: the twin's model, ``nn.BCELoss`` on its probabilities, ``backward()``. JAX: ``jax.value_and_grad`` of
-``jax_impl.train.make_loss_fn`` (the loss-of-parameters function the twin's ``train_step`` differentiates)
+``jax_impl.step.make_loss_fn`` (the loss-of-parameters function the twin's ``train_step`` differentiates)
 on the twin's model. Training mode with dropout 0 on both sides.
 """
 from __future__ import annotations

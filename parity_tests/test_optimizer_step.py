@@ -1,5 +1,5 @@
-"""One step of each twin's own ``train_step`` (PyTorch: ``torch_impl.train.train_step`` with
-``make_optimizer``; JAX: ``jax_impl.train.make_train_step`` with ``create_train_state``), with the global
+"""One step of each twin's own ``train_step`` (PyTorch: ``torch_impl.step.train_step`` with
+``make_optimizer``; JAX: ``jax_impl.step.make_train_step`` with ``create_train_state``), with the global
 gradient norm above and below the clip threshold.
 
 The clip coefficient each twin *applied* is read back from its Adam state: after the first step Adam's first

@@ -20,12 +20,10 @@ class SentimentRNN(nn.Module):
     def __init__(self, vocab_size: int, embed_dim: int = 400, hidden_dim: int = 256, layers: int = 2,
                  dropout: float = 0.5, fc_dropout: float = 0.3):
         super().__init__()
-        self.layers = layers
-        self.hidden_dim = hidden_dim
+        self.layers, self.hidden_dim = layers, hidden_dim
         self.embedding = nn.Embedding(vocab_size, embed_dim)
         # nn.LSTM only applies dropout between layers; with one layer it would just warn.
-        self.lstm = nn.LSTM(embed_dim, hidden_dim, layers, dropout=dropout if layers > 1 else 0.0,
-                            batch_first=True)
+        self.lstm = nn.LSTM(embed_dim, hidden_dim, layers, dropout=dropout if layers > 1 else 0.0, batch_first=True)
         self.dropout = nn.Dropout(fc_dropout)
         self.fc = nn.Linear(hidden_dim, 1)
         self.sig = nn.Sigmoid()
@@ -34,10 +32,9 @@ class SentimentRNN(nn.Module):
                 lengths: torch.Tensor | None = None) -> tuple[torch.Tensor, Hidden]:
         """``tokens`` (B, T) long, ``hidden`` (h, c) each (L, B, H) → ``(probs (B,), (h, c))``.
 
-        Without ``lengths`` the whole (left-padded) row is read, as the seed does. With ``lengths`` (B,)
-        the batch is right-padded and packed, so the final state is each text's own last token.
-        Either way the classifier reads the top layer's final h, ``h_n[-1]``: for left padding that is
-        exactly the seed's ``lstm_out[:, -1]``.
+        Without ``lengths`` the whole (left-padded) row is read, as the seed does. With ``lengths`` (B,) the batch
+        is right-padded and packed, so the final state is each text's own last token. Either way the classifier
+        reads the top layer's final h, ``h_n[-1]``: for left padding that is exactly the seed's ``lstm_out[:, -1]``.
         """
         embeds = self.embedding(tokens)  # (B, T, E)
         if lengths is not None:
@@ -50,9 +47,7 @@ class SentimentRNN(nn.Module):
 
     def init_hidden(self, batch_size: int) -> Hidden:
         """Zeros ``(h, c)``, each (L, B, H), on the model's device and in its dtype."""
-        weight = self.fc.weight
-        return (weight.new_zeros(self.layers, batch_size, self.hidden_dim),
-                weight.new_zeros(self.layers, batch_size, self.hidden_dim))
+        return tuple(self.fc.weight.new_zeros(self.layers, batch_size, self.hidden_dim) for _ in range(2))
 
 
 def model_from_config(cfg, vocab_size: int) -> SentimentRNN:

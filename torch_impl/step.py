@@ -48,20 +48,15 @@ def to_device(batch: Batch, model: nn.Module) -> tuple[torch.Tensor, torch.Tenso
 
 def repackage_hidden(h):
     """Cut the hidden state off the graph of the batch that produced it (truncated BPTT), keeping its values."""
-    if isinstance(h, torch.Tensor):
-        return h.detach()
-    return tuple(repackage_hidden(v) for v in h)
+    return h.detach() if isinstance(h, torch.Tensor) else tuple(repackage_hidden(v) for v in h)
 
 
 def train_step(model: SentimentRNN, optimizer: torch.optim.Optimizer, hidden: Hidden, batch: Batch, cfg: Config,
                retain_graph: bool = False) -> tuple[torch.Tensor, Hidden]:
-    """One optimizer step on ``batch``; returns the loss (a detached scalar tensor, no host sync) and the
-    hidden state to carry into the next batch.
-
-    The returned loss is NaN when the model's output or the gradient was not finite, so one check by the
-    caller covers both. With ``cfg.skip_nonfinite`` such a step changes nothing (no update, the incoming
-    hidden is returned); deciding that needs one host sync, which only that option pays.
-    """
+    """One optimizer step on ``batch``: ``(loss, hidden)``, the loss a detached scalar tensor (no host sync), NaN
+    when the model's output or the gradient was not finite (one check by the caller covers both), and the hidden
+    state to carry into the next batch. With ``cfg.skip_nonfinite`` such a step changes nothing (no update, the
+    incoming hidden is returned); deciding that needs one host sync, which only that option pays."""
     model.train()
     tokens, labels, lengths = to_device(batch, model)
     if cfg.detach:
@@ -102,6 +97,4 @@ def eval_step(model: SentimentRNN, batch: Batch, packed: bool = False) -> tuple[
     model.eval()
     tokens, labels, lengths = to_device(batch, model)
     output, _ = model(tokens, model.init_hidden(batch.size), lengths if packed else None)
-    loss_sum = nn.BCELoss(reduction="sum")(output, labels)
-    correct = ((output > 0.5).to(labels.dtype) == labels).sum()
-    return loss_sum, correct
+    return nn.BCELoss(reduction="sum")(output, labels), ((output > 0.5).to(labels.dtype) == labels).sum()

@@ -70,11 +70,10 @@ class TorchTwin:
 
     def train_step(self, state: TrainState, carry: Hidden, batch: Batch) -> tuple[TrainState, Hidden, float]:
         batch = batch if self.world is None else self.world.part(batch)  # this rank's contiguous rows
-        carries_a_graph = carry[0].grad_fn is not None
         try:
             loss, carry = train_step(state.model, state.optimizer, carry, batch, self.cfg)
-        except RuntimeError as err:
-            if not self.cfg.detach and carries_a_graph:  # the carry reaches into the previous batch's graph
+        except RuntimeError as err:  # then ``carry`` is still the incoming one
+            if not self.cfg.detach and carry[0].grad_fn is not None:  # it reaches into the previous batch's graph
                 raise ConfigError(no_detach_message(err)) from None
             raise
         return state, carry, (loss if self.world is None else self.world.mean(loss)).item()
