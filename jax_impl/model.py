@@ -10,7 +10,7 @@ draws the dropout masks between layers, and hands both to one of :data:`IMPLEMEN
 (:func:`scan_stack`, Flax ``nn.RNN`` differentiated by JAX: the readable reference, and the bfloat16 path).
 Any checkpoint runs under any of them; a GPU implementation taking the same arguments joins the dict. Every
 matmul asks for full float32 (``Precision.HIGHEST``), so TF32 GPUs still agree with the CPU and PyTorch.
-The carry is a tuple of L pairs ``(h, c)``, each (B, H) (PyTorch's (L, B, H) stacks: :mod:`jax_impl.convert`).
+The carry is a tuple of L pairs ``(h, c)``, each (B, H), where PyTorch keeps two (L, B, H) stacks.
 """
 from typing import Any, Callable, Sequence
 
