@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -24,9 +24,6 @@ class StepStats:
     p75: float
     steps: int  # steps timed (blocks × block)
     block: int  # steps per synchronised block
-
-    def to_dict(self) -> dict[str, float | int]:
-        return asdict(self)
 
 
 def summarise(block_seconds: Sequence[float], block: int) -> StepStats:
