@@ -52,6 +52,10 @@ class Config:
         "how JAX computes the LSTM stack (one parameter tree for all): fused (custom-VJP wavefront), scan (the "
         "readable Flax nn.RNN reference) or auto (fused, scan under bfloat16); PyTorch takes auto only (nn.LSTM)",
         "model", choices=("auto", "fused", "scan")))
+    embed_fold: bool = field(default=True, metadata=_opt(
+        "JAX fused: when the vocabulary has fewer rows than T·B, project the embedding table through layer 0's "
+        "input weights once and gather the rows (fewer FLOPs, sums associated differently); --no-embed-fold "
+        "runs nn.LSTM's algorithm (lookup, then projection)", "model"))
     # training
     batch_size: int = field(default=50, metadata=_opt("batch size B", "training", minimum=1))
     lr: float = field(default=1e-3, metadata=_opt("Adam learning rate", "training"))
@@ -79,6 +83,13 @@ class Config:
         "data-parallel devices (JAX: 0 = all local devices; PyTorch: set by torchrun's WORLD_SIZE)", "run", minimum=0))
     dtype: str = field(default="float32", metadata=_opt(
         "compute dtype; float32 is the parity setting", "run", choices=("float32", "bfloat16", "float64")))
+    flush_denormal: bool = field(default=True, metadata=_opt(
+        "flush denormal floats to zero on the CPU, as XLA always does; --no-flush-denormal keeps PyTorch's "
+        "default (gradual underflow: exact, and many times slower on some CPUs once gradients get that small)",
+        "run"))
+    allow_tf32: bool = field(default=False, metadata=_opt(
+        "let float32 matmuls and convolutions run in TF32 on GPUs that have it, in both twins (PyTorch's two "
+        "allow_tf32 switches; JAX's DEFAULT precision instead of HIGHEST); the CPU has no TF32", "run"))
     log_every: int = field(default=100, metadata=_opt(
         "print the seed's log line (with validation) every N steps (0: off)", "run", minimum=0, resumable=True))
     progress: bool = field(default=True, metadata=_opt("show a tqdm progress bar", "run", resumable=True))

@@ -69,12 +69,13 @@ class TorchLSTMCell(nn.RNNCellBase):
 
 
 def scan_stack(table: Array, tokens: Array, weights: Sequence[LayerWeights], carry: Carry, lengths: Array | None,
-               masks: Sequence[Array] | None, *, dtype: Any, unroll: int = 1) -> Carry:
+               masks: Sequence[Array] | None, *, dtype: Any, unroll: int = 1, embed_fold: bool = False) -> Carry:
     """The reference: ``nn.LSTM`` layer by layer, each a Flax ``nn.RNN`` of :class:`TorchLSTMCell`, in ``dtype``.
 
     table (V, E); tokens (T, B) int32, time-major; ``masks``: None or L-1 multipliers (T, B, H) of the inputs of
     layers 1..L-1. With ``lengths`` (B,) each row's carry is the one after its last token
-    (``pack_padded_sequence``). Called inside :class:`LSTMStack`, whose scope the ``nn.RNN`` modules join.
+    (``pack_padded_sequence``). Called inside :class:`LSTMStack`, whose scope the ``nn.RNN`` modules join. It
+    always looks the embeddings up first (``embed_fold`` is the fused stack's).
     """
     xs = jnp.take(table, tokens, axis=0).astype(dtype)  # (T, B, E)
     finals = []
@@ -90,12 +91,14 @@ def scan_stack(table: Array, tokens: Array, weights: Sequence[LayerWeights], car
 
 
 def fused_stack(table: Array, tokens: Array, weights: Sequence[LayerWeights], carry: Carry, lengths: Array | None,
-                masks: Sequence[Array] | None, *, dtype: Any, unroll: int = 1) -> Carry:
-    """The fast stack of :mod:`jax_impl.recurrence`, in the parameters' dtype (float32 or float64)."""
-    return embedding_lstm_stack(table, tokens, weights, carry, lengths, masks)
+                masks: Sequence[Array] | None, *, dtype: Any, unroll: int = 1, embed_fold: bool = True) -> Carry:
+    """The fast stack of :mod:`jax_impl.recurrence`, in the parameters' dtype (float32 or float64); ``unroll`` is
+    the scan's."""
+    return embedding_lstm_stack(table, tokens, weights, carry, lengths, masks, embed_fold=embed_fold)
 
 
-Implementation = Callable[..., Carry]  # (table, tokens (T, B), weights, carry, lengths, masks, *, dtype, unroll)
+# (table, tokens (T, B), weights, carry, lengths, masks, *, dtype, unroll, embed_fold) → the L final carries
+Implementation = Callable[..., Carry]
 IMPLEMENTATIONS: dict[str, Implementation] = {"fused": fused_stack, "scan": scan_stack}
 
 
@@ -126,6 +129,7 @@ class LSTMStack(nn.Module):
     impl: str = "fused"
     dtype: Any = jnp.float32
     unroll: int = 1  # scan only: time steps per loop iteration (speed, not numbers)
+    embed_fold: bool = True  # fused only: project the table, then gather (when V < T·B)
 
     @nn.compact
     def __call__(self, table: Array, tokens: Array, carry: Carry, lengths: Array | None = None,
@@ -147,7 +151,8 @@ class LSTMStack(nn.Module):
             keys = jax.random.split(self.make_rng("dropout"), self.layers - 1)
             masks = [jax.random.bernoulli(key, keep, shape).astype(pdtype) / keep for key in keys]
         run = IMPLEMENTATIONS[self.impl]
-        return run(table, tokens.T, weights, carry, lengths, masks, dtype=self.dtype, unroll=self.unroll)
+        return run(table, tokens.T, weights, carry, lengths, masks, dtype=self.dtype, unroll=self.unroll,
+                   embed_fold=self.embed_fold)
 
 
 class SentimentRNN(nn.Module):
@@ -169,6 +174,7 @@ class SentimentRNN(nn.Module):
     dtype: Any = jnp.float32
     lstm_impl: str = "fused"  # resolved: a key of IMPLEMENTATIONS
     unroll: int = 1
+    embed_fold: bool = True
 
     @nn.compact
     def __call__(self, tokens: Array, carry: Carry, lengths: Array | None = None, train: bool = False
@@ -179,7 +185,7 @@ class SentimentRNN(nn.Module):
         embedding = nn.Embed(self.vocab_size, self.embed_dim, dtype=self.dtype, param_dtype=pdtype,
                              embedding_init=nn.initializers.normal(1.0), name="embedding")
         lstm = LSTMStack(self.hidden_dim, self.layers, self.dropout, self.lstm_impl, self.dtype, self.unroll,
-                         name="lstm")
+                         self.embed_fold, name="lstm")
         new_carry = lstm(embedding.embedding, tokens, carry, lengths, train)
         top_h = new_carry[-1][0]  # (B, H): the last step's output, or each text's last token with lengths
         top_h = nn.Dropout(self.fc_dropout, deterministic=not train)(top_h)
@@ -192,4 +198,5 @@ def model_from_config(cfg, vocab_size: int) -> SentimentRNN:
     ``resolve_lstm_impl(cfg.lstm_impl, cfg.dtype)``."""
     return SentimentRNN(vocab_size=vocab_size, embed_dim=cfg.embed_dim, hidden_dim=cfg.hidden_dim,
                         layers=cfg.layers, dropout=cfg.dropout, fc_dropout=cfg.fc_dropout,
-                        dtype=compute_dtype(cfg.dtype), lstm_impl=resolve_lstm_impl(cfg.lstm_impl, cfg.dtype))
+                        dtype=compute_dtype(cfg.dtype), lstm_impl=resolve_lstm_impl(cfg.lstm_impl, cfg.dtype),
+                        embed_fold=cfg.embed_fold)

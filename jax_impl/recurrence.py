@@ -276,7 +276,7 @@ _wave.defvjp(_wave_forward, _wave_backward)
 def embedding_lstm_stack(table: Array, tokens: Array, layer_params: Sequence[LayerWeights],
                          carries: Sequence[LayerCarry], lengths: Array | None = None,
                          dropout_masks: Sequence[Array] | None = None, *,
-                         wavefront: bool = True) -> tuple[LayerCarry, ...]:
+                         wavefront: bool = True, embed_fold: bool = True) -> tuple[LayerCarry, ...]:
     """``nn.LSTM(num_layers=L)`` over the embedded tokens ``table[tokens]``, time-major → each layer's final
     carry (h_T, c_T), each (B, H).
 
@@ -285,16 +285,16 @@ def embedding_lstm_stack(table: Array, tokens: Array, layer_params: Sequence[Lay
     variable-length mode, every layer); ``dropout_masks``: None (no dropout) or L-1 arrays, the k-th multiplying
     the input of layer k+1, each (T, B, H) or broadcastable to it with a leading time axis, holding 0 or
     1/(1-p) (drawn by the caller, so this function is deterministic; no gradient flows to them). Two layers run
-    as one wavefront loop, other depths (and any depth with ``wavefront=False``) layer by layer. When V < T·B,
-    layer 0's input projection is ``(table W_ih^T)[tokens]``: fewer multiply-adds, the same sums associated
-    differently.
+    as one wavefront loop, other depths (and any depth with ``wavefront=False``) layer by layer. With
+    ``embed_fold`` and V < T·B, layer 0's input projection is ``(table W_ih^T)[tokens]``: fewer multiply-adds,
+    the same sums associated differently; otherwise it is ``table[tokens] W_ih^T``, as in ``nn.LSTM``.
     """
     if dropout_masks is not None:
         if len(dropout_masks) != len(layer_params) - 1:
             raise ValueError(f"need {len(layer_params) - 1} dropout masks, got {len(dropout_masks)}")
         dropout_masks = [lax.stop_gradient(m) for m in dropout_masks]  # constants: no gradient flows to them
     w_ih0, _, b_ih0, b_hh0 = layer_params[0]
-    if table.shape[0] < tokens.size:
+    if embed_fold and table.shape[0] < tokens.size:
         source = (_dot(table, w_ih0.T) + (b_ih0 + b_hh0), tokens)  # gathered inside, row by row if it can
     else:
         source = _project(jnp.take(table, tokens, axis=0), w_ih0, b_ih0, b_hh0)

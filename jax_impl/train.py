@@ -15,7 +15,7 @@ import jax
 
 from common import loop
 from common.config import Config, parse_config
-from common.errors import cli_main
+from common.errors import ConfigError, cli_main
 from common.params import Params
 from common.runstate import Progress
 from jax_impl.convert import from_flax, to_flax
@@ -33,13 +33,16 @@ class JaxTwin:
     ``(h, c)`` pairs, both placed on the run's device (or split over its mesh along the batch axis)."""
 
     def __init__(self, cfg: Config, vocab_size: int, device: jax.Device):
+        if not cfg.flush_denormal and device.platform == "cpu":
+            raise ConfigError("--no-flush-denormal is PyTorch's: XLA always flushes denormals to zero on the CPU")
         self.cfg, self.model = cfg, model_from_config(cfg, vocab_size)
         self.place = placement(cfg, device)  # on one device both placements are `device` itself
         self.is_main = is_main_process()
         self.key = put_key(jax.random.key(cfg.seed), self.place.replicated)  # dropout: fold_in(key, step)
         self.step, self.evaluate = make_train_step(self.model, cfg), make_eval_step(self.model, cfg)
         self.record = {"framework": "jax", "jax": jax.__version__, "device": self.place.describe(),
-                       "devices": self.place.devices, "dtype": cfg.dtype, "lstm_impl": self.model.lstm_impl}
+                       "devices": self.place.devices, "dtype": cfg.dtype, "lstm_impl": self.model.lstm_impl,
+                       "flush_denormal": device.platform == "cpu", "allow_tf32": cfg.allow_tf32}
 
     def init_state(self, params: Params) -> TrainState:
         return create_train_state(self.model, self.cfg, params, self.place.replicated)

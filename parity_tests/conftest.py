@@ -26,10 +26,13 @@ from jax_impl.tests.conftest import NEUTRAL
 from jax_impl.tests.conftest import write_corpus as write_jax_test_corpus
 from parity_tests import report
 from parity_tests.configs import SEED_CFG, TRAJECTORY_CFG
+from torch_impl.step import set_numerics
 
 # One intra-op thread: on a small shared CPU PyTorch's LSTM runs several times faster than with two
 # (measured: 0.15 s vs 0.73 s per training step at E 64, H 64, T 200, B 50).
 torch.set_num_threads(1)
+# The twins' shared float rules (the trainers' default): denormals flushed to zero on the CPU, as XLA does.
+set_numerics(Config(), torch.device("cpu"))
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -8,10 +8,11 @@ import torch
 from common.checkpoint import Checkpoint
 from common.predict import encode_for, predict_main
 from torch_impl.model import SentimentRNN, load_params, model_from_config
-from torch_impl.step import resolve_device
+from torch_impl.step import resolve_device, set_numerics
 
 
 def model_from_checkpoint(ckpt: Checkpoint, device: torch.device) -> SentimentRNN:
+    set_numerics(ckpt.config, device)  # the float rules the twins share by default
     model = model_from_config(ckpt.config, len(ckpt.vocab))
     load_params(model, ckpt.params)
     return model.to(device).eval()

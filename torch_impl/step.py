@@ -33,6 +33,17 @@ def resolve_dtype(name: str) -> torch.dtype:
     return DTYPES[name]
 
 
+def set_numerics(cfg: Config, device: torch.device) -> dict[str, bool]:
+    """Put PyTorch's process-wide float rules where ``cfg`` says, and return what is in force. Both differ from
+    JAX's by default: XLA flushes denormals to zero on the CPU (PyTorch keeps them, which makes backward through
+    long sequences many times slower on some CPUs), and JAX at HIGHEST never uses TF32 (PyTorch lets cuDNN)."""
+    flushed = torch.set_flush_denormal(cfg.flush_denormal)  # False where the CPU cannot flush (then nothing is)
+    torch.backends.cuda.matmul.allow_tf32 = cfg.allow_tf32
+    torch.backends.cudnn.allow_tf32 = cfg.allow_tf32
+    return {"flush_denormal": cfg.flush_denormal and flushed and device.type == "cpu",  # a CPU switch only
+            "allow_tf32": cfg.allow_tf32}
+
+
 def make_optimizer(model: nn.Module, cfg: Config) -> torch.optim.Adam:
     """Adam(lr=cfg.lr) with PyTorch's defaults: betas (0.9, 0.999), eps 1e-8."""
     return torch.optim.Adam(model.parameters(), lr=cfg.lr)

@@ -25,7 +25,7 @@ from torch_impl.distributed import (World, check_config, dropout_seed, join_proc
                                      world_from_environment, wrap)
 from torch_impl.model import Hidden, SentimentRNN, export_params, load_params, model_from_config
 from torch_impl.state import load_training_state, restore_training_state, save_training_state
-from torch_impl.step import eval_step, make_optimizer, resolve_device, resolve_dtype, train_step
+from torch_impl.step import eval_step, make_optimizer, resolve_device, resolve_dtype, set_numerics, train_step
 
 PROG = "python -m torch_impl.train"
 
@@ -56,7 +56,8 @@ class TorchTwin:
         self.is_main = world is None or world.is_main
         self.rows = cfg.batch_size // (world.size if world else 1)
         self.record = {"framework": "torch", "torch": torch.__version__, "device": str(device),
-                       "devices": world.size if world else 1, "dtype": cfg.dtype, "lstm_impl": "nn.LSTM"}
+                       "devices": world.size if world else 1, "dtype": cfg.dtype, "lstm_impl": "nn.LSTM",
+                       **set_numerics(cfg, device)}
 
     def init_state(self, params: Params) -> TrainState:
         load_params(self.model, params)

@@ -72,4 +72,5 @@ def test_three_steps_on_the_real_corpus(tmp_path, capsys):
     # The first record says what ran: the resolved LSTM implementation among it.
     assert records[0]["step"] == 0 and records[0]["run"]["lstm_impl"] == "fused"
     assert records[0]["run"]["framework"] == "jax" and records[0]["run"]["dtype"] == "float32"
+    assert records[0]["run"]["flush_denormal"] is True and records[0]["run"]["allow_tf32"] is False
     assert load_checkpoint(tmp_path / "best").tokenizer == "char"

@@ -1,4 +1,5 @@
-"""``--lstm-impl``: the fused recurrence and the Flax nn.RNN reference train the same function, end to end."""
+"""``--lstm-impl`` and ``--no-embed-fold``: the fused recurrence (with the embedding folded into layer 0 or
+looked up first, as nn.LSTM does) and the Flax nn.RNN reference train the same function, end to end."""
 import pytest
 
 from common.config import Config
@@ -21,11 +22,14 @@ def test_fused_and_scan_give_the_same_losses_from_one_initialisation(tmp_path):
                  layers=2, seq_len=40, batch_size=8, max_steps=12, dropout=0.0, fc_dropout=0.0, log_every=0,
                  progress=False, device="cpu")
     losses, records = {}, {}
-    for impl in ("fused", "scan"):
-        result = train(cfg.replace(lstm_impl=impl, metrics_out=str(tmp_path / f"{impl}.jsonl")))
-        assert result["lstm_impl"] == impl and result["steps"] == 12
+    runs = {"fused": cfg.replace(lstm_impl="fused"), "scan": cfg.replace(lstm_impl="scan"),
+            "nofold": cfg.replace(lstm_impl="fused", embed_fold=False)}
+    for impl, run in runs.items():
+        result = train(run.replace(metrics_out=str(tmp_path / f"{impl}.jsonl")))
+        assert result["lstm_impl"] == run.lstm_impl and result["steps"] == 12
         records[impl] = read_metrics(tmp_path / f"{impl}.jsonl")
         losses[impl] = step_losses(records[impl])
     assert records["fused"][0]["run"]["lstm_impl"] == "fused"  # the metrics log names what ran
     assert len(losses["fused"]) == 12 and 0.6 < losses["fused"][0] < 0.8  # near log 2 at the start
     assert max(abs(a - b) for a, b in zip(losses["fused"], losses["scan"])) < BOUND
+    assert max(abs(a - b) for a, b in zip(losses["fused"], losses["nofold"])) < BOUND

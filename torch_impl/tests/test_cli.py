@@ -100,6 +100,8 @@ def test_short_run_on_the_real_corpus(tmp_path):
     records = [json.loads(line) for line in metrics.read_text().splitlines()]
     assert [r["step"] for r in records if "epoch" in r] == [1, 2, 3]
     assert [r["split"] for r in records if "split" in r] == ["val", "test"]
+    # The first record says which float rules were in force: JAX's, by default.
+    assert records[0]["run"]["flush_denormal"] is True and records[0]["run"]["allow_tf32"] is False
 
 
 def test_unwritable_checkpoint_dir_is_one_line_before_training(tmp_path, tiny_cfg, monkeypatch, capsys):
