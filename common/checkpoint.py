@@ -1,11 +1,15 @@
 """The neutral checkpoint: a directory any twin reads and writes.
 
-    config.json        model and tokenizer settings (and the format version)
+    config.json        model and tokenizer settings, the unknown-word rule (and the format version)
     vocab.json         a JSON list of tokens; the index is the id
     model.safetensors  float32 arrays under the PyTorch state-dict names (see common.params)
 
 Nothing is unpickled. Writes go to a temporary directory that is renamed into place, so a kill during a save
 leaves the previous checkpoint intact. Reading checks every name, shape and dtype and says which is wrong.
+
+Version 2 added the tokenizer 'script' and ``unknown_words``: 'unk' (the vocabulary starts <pad>, <unk>) or 'skip'
+(it starts <pad> alone and unknown words are dropped: a model imported from the classic script). Version 1 files
+are all 'unk' and still load; every save writes version 2.
 """
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,10 +21,11 @@ from common.config import MODEL_FIELDS, Config, flag
 from common.errors import CheckpointError, ConfigError
 from common.files import atomic_dir, read_json, write_json
 from common.params import Params, shapes_for
-from common.text import Vocab
+from common.text import TOKENIZERS, UNKNOWN_RULES, Vocab
 
 FORMAT = "lstm-twins/neutral-checkpoint"
-VERSION = 1
+VERSION = 2
+READS = (1, 2)  # the versions this code reads
 CONFIG_FILE, VOCAB_FILE, WEIGHTS_FILE = "config.json", "vocab.json", "model.safetensors"
 
 
@@ -29,7 +34,7 @@ class Checkpoint:
     params: Params
     config: Config  # the run's Config with the checkpoint's model fields
     vocab: Vocab
-    tokenizer: str  # resolved: 'char' or 'word'
+    tokenizer: str  # resolved: one of common.text.TOKENIZERS
     meta: dict[str, Any]
 
 
@@ -43,6 +48,7 @@ def save_checkpoint(directory: str | Path, params: Params, cfg: Config, vocab: V
         raise CheckpointError(f"{directory}: exists and is not a directory")
     validate_params(params, cfg, len(vocab), where=str(directory))
     config = {"format": FORMAT, "version": VERSION, "tokenizer_resolved": tokenizer,
+              "unknown_words": vocab.unknown_words,
               "model": {name: getattr(cfg, name) for name in MODEL_FIELDS}, "meta": meta or {}}
     with atomic_dir(directory, "a checkpoint") as tmp:
         write_json(tmp / CONFIG_FILE, config)
@@ -81,18 +87,21 @@ def load_checkpoint(directory: str | Path, cfg: Config | None = None) -> Checkpo
     if not isinstance(config, dict) or config.get("format") != FORMAT or not isinstance(config.get("model"), dict):
         raise CheckpointError(f"{config_file}: not a neutral checkpoint config (expected format {FORMAT!r} with a "
                               f"'model' section)")
-    if config.get("version") != VERSION:
-        raise CheckpointError(f"{config_file}: format version {config.get('version')!r}, this code reads version "
-                              f"{VERSION}")
+    if config.get("version") not in READS:
+        raise CheckpointError(f"{config_file}: format version {config.get('version')!r}, this code reads versions "
+                              f"{', '.join(map(str, READS))}")
     model, defaults, tokenizer = config["model"], Config(), config.get("tokenizer_resolved")
+    unknown_words = config.get("unknown_words", "unk")  # version 1 has no such key: its vocabularies all have <unk>
     for name in MODEL_FIELDS:
         default = getattr(defaults, name)
         if name not in model:
             raise CheckpointError(f"{config_file}: model setting {name!r} is missing")
         if type(model[name]) is not type(default) and not (isinstance(default, float) and isinstance(model[name], int)):
             raise CheckpointError(f"{config_file}: model setting {name!r} has the wrong type")
-    if tokenizer not in ("char", "word"):
-        raise CheckpointError(f"{config_file}: 'tokenizer_resolved' must be 'char' or 'word'")
+    if tokenizer not in TOKENIZERS:
+        raise CheckpointError(f"{config_file}: 'tokenizer_resolved' must be one of {', '.join(TOKENIZERS)}")
+    if unknown_words not in UNKNOWN_RULES:
+        raise CheckpointError(f"{config_file}: 'unknown_words' must be one of {', '.join(UNKNOWN_RULES)}")
     # Dropout rates are training settings: the caller's win (parity runs use 0 on any checkpoint).
     keep_callers = ("dropout", "fc_dropout") if cfg is not None else ()
     for name in MODEL_FIELDS if cfg is not None else ():
@@ -110,7 +119,7 @@ def load_checkpoint(directory: str | Path, cfg: Config | None = None) -> Checkpo
     if not isinstance(tokens, list) or not all(isinstance(t, str) for t in tokens):
         raise CheckpointError(f"{directory / VOCAB_FILE}: expected a JSON list of token strings")
     try:
-        vocab = Vocab(tuple(tokens))
+        vocab = Vocab(tuple(tokens), unknown_words)
     except CheckpointError as err:
         raise CheckpointError(f"{directory / VOCAB_FILE}: {err}") from None
 

@@ -30,8 +30,9 @@ class Config:
     text_column: str = field(default="text", metadata=_opt("CSV/TSV column holding the text", "data"))
     label_column: str = field(default="label", metadata=_opt("CSV/TSV column holding the label", "data"))
     tokenizer: str = field(default="auto", metadata=_opt(
-        "char: every non-whitespace character; word: lower-case words, punctuation stripped; "
-        "auto: char when most letters are CJK", "data", choices=("auto", "char", "word"), saved=True))
+        "char: every non-whitespace character; word: lower-case words, punctuation stripped; script: the classic "
+        "script's (lower-case, ASCII punctuation stripped, split on whitespace); auto: char when most letters are "
+        "CJK", "data", choices=("auto", "char", "word", "script"), saved=True))
     min_freq: int = field(default=1, metadata=_opt(
         "drop tokens seen fewer times in the training split", "data", minimum=1, saved=True))
     max_vocab: int = field(default=0, metadata=_opt(
@@ -50,8 +51,8 @@ class Config:
     fc_dropout: float = field(default=0.3, metadata=_opt("dropout before the output layer", "model", saved=True))
     lstm_impl: str = field(default="auto", metadata=_opt(
         "how JAX computes the LSTM stack (one parameter tree for all): fused (custom-VJP wavefront), scan (the "
-        "readable Flax nn.RNN reference) or auto (fused, scan under bfloat16); PyTorch takes auto only (nn.LSTM)",
-        "model", choices=("auto", "fused", "scan")))
+        "readable Flax nn.RNN reference), cudnn (cuDNN's fused LSTM, CUDA GPUs, float32) or auto (fused, scan "
+        "under bfloat16); PyTorch takes auto only (nn.LSTM)", "model", choices=("auto", "fused", "scan", "cudnn")))
     embed_fold: bool = field(default=True, metadata=_opt(
         "JAX fused: when the vocabulary has fewer rows than T·B, project the embedding table through layer 0's "
         "input weights once and gather the rows (fewer FLOPs, sums associated differently); --no-embed-fold "

@@ -67,7 +67,7 @@ class Dataset:
     val: EncodedSplit
     test: EncodedSplit
     vocab: Vocab
-    tokenizer: str  # the resolved tokenizer, 'char' or 'word'
+    tokenizer: str  # the resolved tokenizer: 'char', 'word' or 'script'
     stats: CleanStats
 
 

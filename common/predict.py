@@ -10,6 +10,7 @@ from common.checkpoint import Checkpoint, load_checkpoint
 from common.config import Config, Parser
 from common.data import encode_texts
 from common.errors import cli_main
+from common.text import tokenize
 
 DEVICE_CHOICES = next(f.metadata["choices"] for f in fields(Config) if f.name == "device")
 
@@ -24,7 +25,7 @@ def predict_parser(prog: str) -> argparse.ArgumentParser:
     parser = Parser(prog=prog, description="Probability that each text is positive, from a neutral checkpoint.")
     parser.add_argument("checkpoint", help="neutral checkpoint directory (config.json, vocab.json, model.safetensors)")
     parser.add_argument("texts", nargs="+", help="texts to score")
-    parser.add_argument("--json", action="store_true", help="print a JSON list of {text, prob, label}")
+    parser.add_argument("--json", action="store_true", help="print a JSON list of {text, prob, label, unknown_words}")
     parser.add_argument("--device", default="auto", choices=DEVICE_CHOICES)
     return parser
 
@@ -36,10 +37,18 @@ def encode_for(ckpt: Checkpoint, texts: Sequence[str]) -> tuple[np.ndarray, np.n
     return tokens, np.maximum(lengths, 1) if ckpt.config.padding == "right" else None
 
 
-def format_predictions(texts: Sequence[str], probs: Sequence[float], as_json: bool) -> str:
-    """``prob`` is P(positive); ``label`` is 'positive' when :func:`is_positive`, else 'negative'."""
+def unknown_words(ckpt: Checkpoint, texts: Sequence[str]) -> list[int]:
+    """Per text, its tokens outside the checkpoint's vocabulary: read as <unk>, or skipped (``ckpt.vocab``'s rule)."""
+    return ckpt.vocab.unknown_counts(tokenize(texts, ckpt.tokenizer))
+
+
+def format_predictions(texts: Sequence[str], probs: Sequence[float], as_json: bool,
+                       unknown: Sequence[int] | None = None) -> str:
+    """``prob`` is P(positive); ``label`` is 'positive' when :func:`is_positive`, else 'negative'; with ``unknown``
+    (a count per text) each JSON record also has ``unknown_words``."""
     rows = [{"text": t, "prob": float(p), "label": "positive" if is_positive(p) else "negative"}
-            for t, p in zip(texts, probs)]
+            | ({} if unknown is None else {"unknown_words": int(unknown[i])})
+            for i, (t, p) in enumerate(zip(texts, probs))]
     return (json.dumps(rows, ensure_ascii=False) if as_json
             else "\n".join(f"{r['prob']:.4f}\t{r['label']}\t{r['text']}" for r in rows))
 
@@ -49,8 +58,9 @@ def predict_main(prog: str, resolve_device: Callable, probs: Callable) -> Callab
     @cli_main
     def main(argv: Sequence[str] | None = None) -> int:
         args = predict_parser(prog).parse_args(argv)
-        device = resolve_device(args.device)
-        print(format_predictions(args.texts, probs(load_checkpoint(args.checkpoint), args.texts, device), args.json))
+        device, ckpt = resolve_device(args.device), load_checkpoint(args.checkpoint)
+        found = probs(ckpt, args.texts, device)
+        print(format_predictions(args.texts, found, args.json, unknown_words(ckpt, args.texts)))
         return 0
 
     return main

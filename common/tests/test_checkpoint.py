@@ -172,8 +172,8 @@ def test_config_of_another_format_is_refused(ckpt):
 
 
 def test_wrong_format_version_is_named(ckpt):
-    _rewrite_config(ckpt, lambda c: c.update(version=2))
-    with pytest.raises(CheckpointError, match=r"config\.json: format version 2, this code reads version 1"):
+    _rewrite_config(ckpt, lambda c: c.update(version=3))
+    with pytest.raises(CheckpointError, match=r"config\.json: format version 3, this code reads versions 1, 2"):
         load_checkpoint(ckpt)
 
 
@@ -197,7 +197,7 @@ def test_out_of_range_model_setting_is_a_checkpoint_error(ckpt):
 
 def test_unknown_resolved_tokenizer_is_refused(ckpt):
     _rewrite_config(ckpt, lambda c: c.update(tokenizer_resolved="auto"))
-    with pytest.raises(CheckpointError, match="'tokenizer_resolved' must be 'char' or 'word'"):
+    with pytest.raises(CheckpointError, match="'tokenizer_resolved' must be one of char, word, script"):
         load_checkpoint(ckpt)
 
 

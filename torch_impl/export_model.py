@@ -1,0 +1,56 @@
+"""``python -m torch_impl.export_model DIR --state-dict out.pt --vocab out.json``: a neutral checkpoint as the classic
+script's two files: a ``state_dict`` its ``SentimentRNN(vocab_size, 1, E, H, L)`` loads with
+``load_state_dict(torch.load(path, weights_only=True))``, and the ``vocab_to_int`` its ``predict`` looks words up in.
+"""
+import os
+import sys
+from pathlib import Path
+from typing import Callable, Sequence
+
+import torch
+
+from common.checkpoint import load_checkpoint
+from common.config import Parser
+from common.errors import CheckpointError, cli_main
+from common.files import write_json
+from common.params import shapes_for
+
+
+def write_atomically(path: Path, write: Callable[[Path], None]) -> None:
+    """``write(temporary path)``, then rename it to ``path``: a failed export leaves no half-written file."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    except OSError as err:
+        tmp.unlink(missing_ok=True)
+        raise CheckpointError(f"{path}: cannot write ({err.strerror})") from None
+
+
+@cli_main
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = Parser(prog="python -m torch_impl.export_model",
+                    description="Export a neutral checkpoint as the classic script's state_dict and vocab_to_int.")
+    parser.add_argument("checkpoint", type=Path, help="neutral checkpoint directory")
+    parser.add_argument("--state-dict", required=True, type=Path, help="where to torch.save the state_dict")
+    parser.add_argument("--vocab", required=True, type=Path, help="where to json.dump the vocab_to_int")
+    args = parser.parse_args(argv)
+    ckpt = load_checkpoint(args.checkpoint)
+    if ckpt.config.padding != "left":
+        raise CheckpointError(f"{args.checkpoint}: trained with --padding right, but the script left-pads: it would "
+                              f"not compute this model")
+    # In SentimentRNN.state_dict()'s order; the names already are the script's.
+    state = {name: torch.from_numpy(ckpt.params[name]) for name in shapes_for(ckpt.config, len(ckpt.vocab))}
+    write_atomically(args.state_dict, lambda tmp: torch.save(state, tmp))
+    write_atomically(args.vocab, lambda tmp: write_json(tmp, ckpt.vocab.word_ids()))
+    cfg = ckpt.config
+    print(f"{args.state_dict}: SentimentRNN({len(ckpt.vocab)}, 1, {cfg.embed_dim}, {cfg.hidden_dim}, {cfg.layers}); "
+          f"{args.vocab}: {len(ckpt.vocab) - 1} words; seq_len {cfg.seq_len}, tokenizer {ckpt.tokenizer}"
+          + ("" if ckpt.vocab.unknown_words == "skip" else "; id 1 is <unk>, for the words the script does not know")
+          + ("" if ckpt.tokenizer == "script" else f"; note: the model reads {ckpt.tokenizer} tokens, so the script "
+             f"must tokenize that way, not its own (train with --tokenizer script to avoid this)"))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
