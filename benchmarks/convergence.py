@@ -1,91 +1,62 @@
-"""Convergence mode: does the same recipe reach the same quality in the same wall time in both twins?
-
-    python benchmarks/bench.py --mode convergence [--seeds 0,1] [--target 0.85] [--quick]
-
-Each (seed, twin) pair is one real training run of the twin's own command line (``python -m
-<twin>.train``), with the seed's recipe, dropout on (each framework with its own RNG), the same initial
-weights and the same batch order for a given seed. The runs' metrics JSONL (one record per step and per
-validation, each with the cumulative training seconds, evaluation excluded) gives the learning curves:
-per-epoch train loss, validation loss and accuracy, wall time with the first step (compilation) apart,
-time-to-accuracy, and the final test loss and accuracy. Classical baselines on the same split put the
-numbers in context.
-"""
+"""Convergence mode: does the same recipe reach the same quality in the same wall time in both twins? Each (seed,
+twin) pair is one real run of the twin's trainer, from the same initial weights and batch order per seed, dropout
+on; its metrics give the learning curves, time-to-accuracy, and the test scores of the best-validation weights."""
 from __future__ import annotations
 
-import os
 import statistics
-import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
+from benchmarks import harness, plots, report
+from common.batches import num_train_batches
 from common.config import Config, field_names, to_argv
 from common.data import prepare_data
 from common.errors import ConfigError
 from common.metrics import evaluations, read_metrics, training_steps
 
 TWIN_MODULES = {"torch": "torch_impl.train", "jax": "jax_impl.train"}
-QUICK_CONFIG = dict(embed_dim=16, hidden_dim=16, seq_len=40, epochs=2, max_steps=0)
-QUICK_MAX_TEXTS = 2000  # --quick trains on a slice of the corpus (see quick_corpus)
-# Flags the convergence runner sets itself on every run (the files group: it writes only the metrics log).
-RUNNER_FIELDS = (*field_names("files"), "seed", "log_every", "progress", "max_steps")
+QUICK_CONFIG = dict(embed_dim=16, hidden_dim=16, seq_len=40, epochs=2)
+QUICK_MAX_TEXTS = 2000  # --quick trains on a seeded slice of the corpus
 
 
 @dataclass(frozen=True)
 class RunResult:
     framework: str
     seed: int
-    records: list[dict[str, Any]]
+    records: list[dict[str, Any]]  # the run's metrics JSONL
     wall_s: float  # the whole subprocess, data loading and evaluation included
 
-    def of(self, split: str) -> list[dict[str, Any]]:
-        return evaluations(self.records, split)
 
-    @property
-    def steps(self) -> list[dict[str, Any]]:
-        return training_steps(self.records)
-
-
-def parse_seeds(spec: str) -> list[int]:
-    try:
-        seeds = [int(s) for s in spec.split(",") if s.strip()]
-    except ValueError:
-        raise ConfigError(f"--seeds takes a comma list of integers, got {spec!r}") from None
-    if not seeds or any(s < 0 for s in seeds) or len(set(seeds)) != len(seeds):
-        raise ConfigError(f"--seeds takes distinct non-negative integers, got {spec!r}")
-    return seeds
-
-
-def run_twin(framework: str, cfg: Config, seed: int, out: Path, eval_every: int, timeout_s: float) -> RunResult:
-    """Train one twin for one seed in a subprocess; its metrics JSONL is the result."""
+def run_twin(framework: str, cfg: Config, seed: int, out: Path, timeout_s: float) -> RunResult:
+    """Train one twin for one seed in a subprocess; ``--save-dir`` makes the trainer score the test split with the
+    best-validation weights."""
     metrics = out / "runs" / f"{framework}-seed{seed}.jsonl"
     metrics.parent.mkdir(parents=True, exist_ok=True)
-    argv = [sys.executable, "-m", TWIN_MODULES[framework], *to_argv(cfg, exclude=RUNNER_FIELDS),
-            "--seed", str(seed), "--metrics-out", str(metrics), "--log-every", str(eval_every), "--no-progress"]
-    tic = time.perf_counter()
-    try:
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s,
-                              cwd=Path(__file__).resolve().parents[1], env={**os.environ, "PYTHONUNBUFFERED": "1"})
-    except subprocess.TimeoutExpired:
-        raise ConfigError(f"the {framework} run (seed {seed}) took longer than --timeout {timeout_s:.0f}s") from None
-    wall = time.perf_counter() - tic
-    if proc.returncode != 0:
-        last = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
-        raise ConfigError(f"the {framework} run (seed {seed}) failed: {last}")
-    return RunResult(framework, seed, read_metrics(metrics), wall)
+    with tempfile.TemporaryDirectory(prefix="best-") as best:
+        # Of the files group the runner sets only the metrics log and the best weights' directory.
+        argv = [sys.executable, "-m", TWIN_MODULES[framework], *to_argv(cfg.replace(seed=seed, progress=False),
+                exclude=field_names("files")), "--metrics-out", str(metrics), "--save-dir", best]
+        tic = time.perf_counter()
+        failed = harness.run_command(argv, harness.worker_environ(harness.usable_cpus(), cfg.device, best),
+                                     timeout_s, metrics.with_suffix(".stderr"))
+    if failed:
+        raise ConfigError(f"the {framework} run (seed {seed}) failed: {failed}")
+    return RunResult(framework, seed, read_metrics(metrics), time.perf_counter() - tic)
 
 
 def summarise_run(run: RunResult, steps_per_epoch: int, target: float) -> dict[str, Any]:
     """Per-epoch curves and the run's headline numbers."""
-    steps = run.steps
+    steps, vals = training_steps(run.records), evaluations(run.records, "val")
     first_step_s = steps[0]["train_seconds"] if steps else 0.0
     later = [b["train_seconds"] - a["train_seconds"] for a, b in zip(steps, steps[1:])]
     median_step_s = statistics.median(later) if later else 0.0
     compile_s = max(first_step_s - median_step_s, 0.0)  # what the first step cost beyond an ordinary one
     epochs = []
-    for val in run.of("val"):
+    for val in vals:
         if val["step"] % steps_per_epoch and val["step"] != steps[-1]["step"]:
             continue  # a mid-epoch validation: on the time curve, not an epoch row
         epoch_steps = [s["loss"] for s in steps
@@ -95,9 +66,9 @@ def summarise_run(run: RunResult, steps_per_epoch: int, target: float) -> dict[s
                        "val_loss": val["loss"], "val_accuracy": val["accuracy"],
                        "train_s": val["train_seconds"] - compile_s})
     curve = [{"step": v["step"], "train_s": v["train_seconds"] - compile_s, "val_accuracy": v["accuracy"],
-              "val_loss": v["loss"]} for v in run.of("val")]
+              "val_loss": v["loss"]} for v in vals]
     reached = next((c for c in curve if c["val_accuracy"] >= target), None)
-    test = run.of("test")[-1]
+    test = evaluations(run.records, "test")[-1]
     return {"framework": run.framework, "seed": run.seed, "compile_s": compile_s, "median_step_s": median_step_s,
             "train_s": (steps[-1]["train_seconds"] - compile_s) if steps else 0.0, "wall_s": run.wall_s,
             "epochs": epochs, "val_curve": curve, "test_loss": test["loss"], "test_accuracy": test["accuracy"],
@@ -137,29 +108,25 @@ def classical_baselines(cfg: Config) -> list[dict[str, Any]]:
         from sklearn.linear_model import LogisticRegression
         from sklearn.naive_bayes import MultinomialNB
     except ImportError:
-        print("note: scikit-learn not installed: classical baselines skipped (pip install '.[baselines]')",
-              file=sys.stderr)
+        print("note: scikit-learn not installed: no classical baselines (pip install '.[baselines]')", file=sys.stderr)
         return []
-    data = prepare_data(cfg)
+    data, rows = prepare_data(cfg), []
     vectorizer = TfidfVectorizer(analyzer="char", ngram_range=(1, 2), min_df=2, sublinear_tf=True)
-    x_train = vectorizer.fit_transform(data.train.texts)
-    x_val, x_test = vectorizer.transform(data.val.texts), vectorizer.transform(data.test.texts)
-    rows = []
+    x = {"train": vectorizer.fit_transform(data.train.texts), "val": vectorizer.transform(data.val.texts),
+         "test": vectorizer.transform(data.test.texts)}
     for name, model in (("tfidf-char12 + logistic regression", LogisticRegression(C=4.0, max_iter=2000)),
                         ("tfidf-char12 + multinomial naive Bayes", MultinomialNB(alpha=0.1))):
         tic = time.perf_counter()
-        model.fit(x_train, data.train.labels)
-        rows.append({"model": name, "val_accuracy": float(model.score(x_val, data.val.labels)),
-                     "test_accuracy": float(model.score(x_test, data.test.labels)), "fit_s": time.perf_counter() - tic})
+        model.fit(x["train"], data.train.labels)
+        rows.append({"model": name, "fit_s": time.perf_counter() - tic,
+                     **{f"{k}_accuracy": float(model.score(x[k], getattr(data, k).labels)) for k in ("val", "test")}})
     return rows
 
 
 def quick_corpus(cfg: Config, out: Path) -> Config:
     """--quick: a seeded slice of the corpus, written as a TSV the twins read like any user's file."""
     import numpy as np
-
     from common.corpus import load_corpus
-
     texts, labels = load_corpus(cfg.data, cfg.pos, cfg.neg, cfg.text_column, cfg.label_column)
     keep = np.random.default_rng(0).permutation(len(texts))[:QUICK_MAX_TEXTS]
     path = out / "quick-corpus.tsv"
@@ -170,92 +137,57 @@ def quick_corpus(cfg: Config, out: Path) -> Config:
     return cfg.replace(data=str(path), pos=None, neg=None, text_column="text", label_column="label")
 
 
-def run_convergence(cfg: Config, frameworks: Sequence[str], seeds: Sequence[int], target: float, out: Path,
-                    eval_every: int, timeout_s: float, progress: bool = True) -> dict[str, Any]:
-    """Train every (seed, twin) pair and build the results document (see the README's schema)."""
-    from tqdm import tqdm
-
-    from common.batches import num_train_batches
-
-    if not 0.0 < target <= 1.0:
-        raise ConfigError(f"--target is a validation accuracy in (0, 1], got {target}")
-    data = prepare_data(cfg)
-    steps_per_epoch = num_train_batches(len(data.train), cfg.batch_size)
-    summaries = []
-    pairs = [(seed, fw) for seed in seeds for fw in frameworks]
-    for seed, fw in tqdm(pairs, desc="convergence runs", unit="run", disable=not progress, file=sys.stderr):
-        summaries.append(summarise_run(run_twin(fw, cfg, seed, out, eval_every, timeout_s), steps_per_epoch, target))
-    return {"mode": "convergence", "config": cfg.to_dict(), "seeds": list(seeds), "frameworks": list(frameworks),
-            "target": target, "steps_per_epoch": steps_per_epoch, "eval_every": eval_every,
-            "split_sizes": {"train": len(data.train), "val": len(data.val), "test": len(data.test)},
-            "runs": summaries, "summary": aggregate(summaries, frameworks), "baselines": classical_baselines(cfg)}
-
-
-def _fmt(value: float | None, pattern: str) -> str:
-    return "—" if value is None else format(value, pattern)
-
-
 def markdown_tables(doc: dict[str, Any]) -> str:
-    """The per-run table, the per-twin summary over seeds, and the baselines, in Markdown."""
-    lines = [f"Target validation accuracy: {doc['target']:.2f}; seeds {', '.join(map(str, doc['seeds']))}; "
-             f"{doc['steps_per_epoch']} steps per epoch; times are training seconds (evaluation excluded), "
-             "compilation apart.", "",
-             "| twin | seed | epoch | train loss | val loss | val acc | train s |", "|---|---|---|---|---|---|---|"]
-    for run in doc["runs"]:
-        for e in run["epochs"]:
-            lines.append(f"| {run['framework']} | {run['seed']} | {e['epoch']} | {_fmt(e['train_loss'], '.4f')} | "
-                         f"{e['val_loss']:.4f} | {e['val_accuracy']:.4f} | {e['train_s']:.1f} |")
-    lines += ["", "| twin | seed | test loss | test acc | compile s | median step s | train s | "
-                  f"time to val acc {doc['target']:.2f} |", "|---|---|---|---|---|---|---|---|"]
-    for run in doc["runs"]:
-        lines.append(f"| {run['framework']} | {run['seed']} | {run['test_loss']:.4f} | {run['test_accuracy']:.4f} | "
-                     f"{run['compile_s']:.2f} | {run['median_step_s']:.3f} | {run['train_s']:.1f} | "
-                     f"{_fmt(run['time_to_target_s'], '.1f')} s |")
-    lines += ["", "| twin | test acc (mean ± std over seeds) | train s (mean) | time to target (mean) | reached |",
-              "|---|---|---|---|---|"]
-    for fw in doc["frameworks"]:
-        s = doc["summary"][fw]
-        lines.append(f"| {fw} | {s['test_accuracy_mean']:.4f} ± {s['test_accuracy_std']:.4f} | "
-                     f"{s['train_s_mean']:.1f} | {_fmt(s['time_to_target_s_mean'], '.1f')} s | {s['reached_target']} |")
-    agreement = doc["summary"].get("agreement")
-    if agreement:
-        verdict = {True: "yes", False: "no", None: "n/a (one seed: no spread to compare with)"}[
-            agreement["within_one_std"]]
-        lines += ["", f"Test-accuracy gap between the twins: {agreement['test_accuracy_gap']:.4f}; "
-                      f"within one standard deviation: {verdict}."]
+    """The per-epoch and per-run tables, the per-twin summary over seeds, and the baselines, in Markdown."""
+    f, runs, target, summary = report._fmt, doc["runs"], doc["target"], doc["summary"]
+    out = [f"Target validation accuracy: {target:.2f}; seeds {', '.join(map(str, doc['seeds']))}; "
+           f"{doc['steps_per_epoch']} steps per epoch; times are training seconds (evaluation excluded), compilation "
+           "apart. Test accuracy: the best-validation weights (--save-dir), as the trainers score it.", "",
+           report.table(("twin", "seed", "epoch", "train loss", "val loss", "val acc", "train s"), [
+               [r["framework"], r["seed"], e["epoch"], f(e["train_loss"], ".4f"), f"{e['val_loss']:.4f}",
+                f"{e['val_accuracy']:.4f}", f"{e['train_s']:.1f}"] for r in runs for e in r["epochs"]], True), "",
+           report.table(("twin", "seed", "test loss", "test acc", "compile s", "median step s", "train s",
+                         f"time to val acc {target:.2f}"), [
+               [r["framework"], r["seed"], f"{r['test_loss']:.4f}", f"{r['test_accuracy']:.4f}",
+                f"{r['compile_s']:.2f}", f"{r['median_step_s']:.3f}", f"{r['train_s']:.1f}",
+                f(r["time_to_target_s"], ".1f") + " s"]
+               for r in runs], True), "",
+           report.table(("twin", "test acc (mean ± std over seeds)", "train s (mean)", "time to target (mean)",
+                         "reached"), [
+               [fw, f"{summary[fw]['test_accuracy_mean']:.4f} ± {summary[fw]['test_accuracy_std']:.4f}",
+                f"{summary[fw]['train_s_mean']:.1f}", f(summary[fw]["time_to_target_s_mean"], ".1f") + " s",
+                summary[fw]["reached_target"]] for fw in doc["frameworks"]], True)]
+    if "agreement" in summary:
+        verdict = {True: "yes", False: "no", None: "n/a (one seed: no spread to compare with)"}
+        out += ["", f"Test-accuracy gap between the twins: {summary['agreement']['test_accuracy_gap']:.4f}; within "
+                f"one standard deviation: {verdict[summary['agreement']['within_one_std']]}."]
     if doc["baselines"]:
-        lines += ["", "Classical baselines on the same split (context, not twins):", "",
-                  "| model | val acc | test acc |", "|---|---|---|"]
-        lines += [f"| {b['model']} | {_fmt(b.get('val_accuracy'), '.4f')} | {b['test_accuracy']:.4f} |"
-                  for b in doc["baselines"]]
-    return "\n".join(lines)
+        out += ["", "Classical baselines on the same split (context, not twins):", "", report.table(
+            ("model", "val acc", "test acc"), [[b["model"], f"{b['val_accuracy']:.4f}", f"{b['test_accuracy']:.4f}"]
+                                               for b in doc["baselines"]], True)]
+    return "\n".join(out)
 
 
-def write_curves(doc: dict[str, Any], out: Path) -> list[str]:
-    """Validation accuracy against epoch and against training time, both twins overlaid (one line per run)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, (by_epoch, by_time) = plt.subplots(1, 2, figsize=(11, 4))
-    colours = {"torch": "tab:red", "jax": "tab:blue"}
-    for run in doc["runs"]:
-        label = f"{run['framework']} seed {run['seed']}"
-        colour = colours.get(run["framework"])
-        by_epoch.plot([e["epoch"] for e in run["epochs"]], [e["val_accuracy"] for e in run["epochs"]], "o-",
-                      color=colour, alpha=0.8, label=label)
-        by_time.plot([c["train_s"] for c in run["val_curve"]], [c["val_accuracy"] for c in run["val_curve"]], ".-",
-                     color=colour, alpha=0.8, label=label)
-    for ax, xlabel in ((by_epoch, "epoch"), (by_time, "training seconds (compilation excluded)")):
-        ax.axhline(doc["target"], color="grey", linestyle=":", linewidth=1)
-        ax.set_xlabel(xlabel)
-        ax.set_ylabel("validation accuracy")
-        ax.grid(alpha=0.3)
-    by_epoch.legend(fontsize=8)
-    fig.suptitle("Convergence: same recipe, same initial weights and batch order, each framework's own dropout")
-    fig.tight_layout()
-    name = "convergence.png"
-    fig.savefig(out / name, dpi=120)
-    plt.close(fig)
-    return [name]
+def main(cfg: Config, frameworks: Sequence[str], seeds: Sequence[int], target: float, out: Path, timeout_s: float,
+         quick: bool, command: list[str]) -> int:
+    """Train every (seed, twin) pair, then write results.json, results.md and convergence.png to ``out``."""
+    from tqdm import tqdm
+    cfg = quick_corpus(cfg.replace(**QUICK_CONFIG), out) if quick else cfg
+    start, data = time.perf_counter(), prepare_data(cfg)
+    steps_per_epoch = num_train_batches(len(data.train), cfg.batch_size)
+    pairs = tqdm([(seed, fw) for seed in seeds for fw in frameworks], desc="convergence runs", unit="run",
+                 disable=not cfg.progress, file=sys.stderr)
+    runs = [summarise_run(run_twin(fw, cfg, seed, out, timeout_s), steps_per_epoch, target) for seed, fw in pairs]
+    doc = {"mode": "convergence", "config": cfg.to_dict(), "seeds": list(seeds), "frameworks": list(frameworks),
+           "target": target, "steps_per_epoch": steps_per_epoch, "eval_every": cfg.log_every,
+           "split_sizes": {"train": len(data.train), "val": len(data.val), "test": len(data.test)},
+           "runs": runs, "summary": aggregate(runs, frameworks), "baselines": classical_baselines(cfg),
+           "environment": harness.environment(), "command": command, "run_wall_s": time.perf_counter() - start}
+    report.write_json(doc, out / "results.json")
+    plots.convergence_curves(doc, out / "convergence.png")
+    tables = markdown_tables(doc)
+    (out / "results.md").write_text(f"# Convergence\n\n{tables}\n\n![convergence.png](convergence.png)\n",
+                                    encoding="utf-8")
+    print(tables)
+    print(f"\nwrote results.json, results.md, convergence.png in {out} ({doc['run_wall_s'] / 60:.1f} min)")
+    return 0

@@ -1,4 +1,4 @@
-"""PNG charts of a results document (matplotlib, Agg backend: no display needed)."""
+"""PNG charts of a results document (matplotlib's Agg backend: no display needed)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -8,128 +8,138 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-COLORS = {"torch": "#ee4c2c", "jax": "#3d7ebf"}
+from benchmarks.plan import BASELINE  # noqa: E402
+from benchmarks.report import label  # noqa: E402
+
+COLORS = {"torch": "#ee4c2c", "jax": "#3d7ebf", "torch:eager-defaults": "#f4a582", "jax:nofold": "#1b9e77",
+          "jax:cudnn": "#7570b3", "jax:scan": "#66a61e"}
 
 
-def _ok(rows):
-    return [r for r in rows if r["status"] == "ok"]
+def _color(name: str) -> str:
+    return COLORS.get(name, COLORS.get(name.split(":")[0], "gray"))
+
+
+def _save(fig, path: Path, title: str) -> Path:
+    fig.suptitle(title, fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def _spread(rows: list[dict]) -> tuple[list[float], list[list[float]]]:
+    """Rows' median ms and their p25–p75 as error-bar lengths."""
+    ms = [r["step_s"]["median"] * 1e3 for r in rows]
+    return ms, [[m - r["step_s"]["p25"] * 1e3 for m, r in zip(ms, rows)],
+                [r["step_s"]["p75"] * 1e3 - m for m, r in zip(ms, rows)]]
 
 
 def time_per_step(doc: dict, path: Path) -> Path | None:
-    """Median time per step by variant, training and inference side by side, p25–p75 as error bars."""
-    rows = _ok([r for r in doc["results"] if r["sweep"] is None])
+    """Median time per step by variant (bars: p25–p75 over rounds), training and inference side by side."""
+    rows = [r for r in doc["results"] if r["sweep"] is None and r["step_s"]]
     if not rows:
         return None
-    labels = list(dict.fromkeys(f"{r['framework']}:{r['variant']}" for r in rows))
-    fig, axes = plt.subplots(1, 2, figsize=(11, 0.6 * len(labels) + 2), squeeze=False)
-    for ax, step in zip(axes[0], ("train", "eval")):
-        for i, label in enumerate(labels):
-            r = next((r for r in rows if f"{r['framework']}:{r['variant']}" == label and r["step"] == step), None)
-            if r is None:
-                continue
-            s = r["step_s"]
-            ms = [s["median"] * 1e3]
-            err = [[(s["median"] - s["p25"]) * 1e3], [(s["p75"] - s["median"]) * 1e3]]
-            ax.barh([i], ms, xerr=err, color=COLORS.get(r["framework"], "gray"), capsize=4)
-            ax.text(s["p75"] * 1e3, i - 0.3, f" {ms[0]:.1f}", va="center", fontsize=8)
+    labels = list(dict.fromkeys(label(r) for r in rows))
+    fig, axes = plt.subplots(1, 2, figsize=(11, 0.6 * len(labels) + 2))
+    for ax, kind in zip(axes, ("train", "eval")):
+        own = [r for r in rows if r["step"] == kind]
+        at, (ms, err) = [labels.index(label(r)) for r in own], _spread(own)
+        ax.barh(at, ms, xerr=err, color=[_color(labels[i]) for i in at], capsize=4)
+        for i, m, e in zip(at, ms, err[1]):
+            ax.text(m + e, i - 0.3, f" {m:.1f}", va="center", fontsize=8)
         ax.set_yticks(range(len(labels)), labels)
         ax.invert_yaxis()
-        ax.set_xlabel("ms per step (median, bars p25–p75)")
-        ax.set_title({"train": "training step (fwd + bwd + clip + Adam)", "eval": "inference step"}[step])
+        ax.set(xlabel="ms per step (median over rounds, bars p25–p75)",
+               title={"train": "training step (fwd + bwd + clip + Adam)", "eval": "inference step"}[kind])
     c = doc["base_config"]
-    fig.suptitle(f"B {c['batch_size']}  T {c['seq_len']}  E {c['embed_dim']}  H {c['hidden_dim']}  "
-                 f"L {c['layers']}  on {doc['environment'].get('cpu_model', '')}", fontsize=9)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(fig, path, f"B {c['batch_size']}  T {c['seq_len']}  E {c['embed_dim']}  H {c['hidden_dim']}  "
+                 f"L {c['layers']}  on {doc['environment']['cpu_model']}")
 
 
 def parity_curves(doc: dict, path: Path) -> Path | None:
-    """Both twins' training losses from the same weights on the same batches, overlaid."""
+    """Both twins' training losses from the same weights on the same batches, and |Δloss| per step below."""
     p = doc["parity"]
-    if not p["losses"]:
+    if p["status"] != "ok":
         return None
-    both = p["max_abs_dloss"] is not None
-    fig, axes = plt.subplots(2 if both else 1, 1, figsize=(7, 5.5 if both else 4), sharex=True, squeeze=False,
-                             gridspec_kw={"height_ratios": [3, 1.3]} if both else None)
-    ax = axes[0][0]
-    styles = {"torch": dict(lw=3, alpha=0.5), "jax": dict(lw=1.2, ls="--", marker=".")}
-    for framework, losses in p["losses"].items():
-        ax.plot(range(1, len(losses) + 1), losses, label=framework, color=COLORS.get(framework),
-                **styles.get(framework, {}))
-    title = "training loss, same weights and batches, dropout 0"
-    if both:
-        title += f"\nmax |Δloss| = {p['max_abs_dloss']:.3g}"
-    ax.set(ylabel="BCE loss", title=title)
-    ax.legend()
-    if both:
-        diff = [abs(a - b) for a, b in zip(p["losses"]["torch"], p["losses"]["jax"])]
-        low = axes[1][0]
-        # Exact agreement (0) cannot sit on a log axis: show it at a floor below float32 rounding of ~1.
-        low.semilogy(range(1, len(diff) + 1), [max(d, 1e-9) for d in diff], marker=".", color="gray")
-        low.set(ylabel="|Δloss|", ylim=(5e-10, max(1e-5, max(diff) * 3)))
-    axes[-1][0].set_xlabel("training step")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    fig, (top, low) = plt.subplots(2, 1, figsize=(7, 5.5), sharex=True, gridspec_kw={"height_ratios": [3, 1.3]})
+    steps, torch, jax = range(1, p["steps"] + 1), p["losses"]["torch"], p["losses"]["jax"]
+    top.plot(steps, torch, lw=3, alpha=0.5, color=COLORS["torch"], label="torch")
+    top.plot(steps, jax, lw=1.2, ls="--", marker=".", color=COLORS["jax"], label="jax")
+    top.set(ylabel="BCE loss", title=f"training loss, same weights and batches, dropout 0\nmax |Δloss| = "
+            f"{p['max_abs_dloss']:.3g}")
+    top.legend()
+    diff = [abs(a - b) for a, b in zip(torch, jax)]
+    # Exact agreement (0) cannot sit on a log axis: shown at a floor below float32 rounding of ~1.
+    low.semilogy(steps, [max(d, 1e-9) for d in diff], marker=".", color="gray")
+    low.set(ylabel="|Δloss|", ylim=(5e-10, max(1e-5, max(diff) * 3)), xlabel="training step")
+    return _save(fig, path, "")
 
 
 def sweep_chart(doc: dict, field: str, path: Path) -> Path | None:
-    """Training step time and achieved GFLOP/s against the swept value, one line per twin."""
-    base = doc["base_config"]
-    main = {k for k in doc["variants"] if k in ("torch:eager", "jax:jit")}
-    fig, (ax_t, ax_f) = plt.subplots(1, 2, figsize=(11, 4))
-    drew = False
-    for label in sorted(main):
-        framework, variant = label.split(":")
-        points = []
-        for r in _ok(doc["results"]):
-            if r["step"] != "train" or r["framework"] != framework or r["variant"] != variant:
-                continue
-            if r["sweep"] is not None and r["sweep"]["field"] == field:
-                points.append((r["sweep"]["value"], r))
-            elif r["sweep"] is None:
-                points.append((base[field], r))
-        if not points or not all(isinstance(v, (int, float)) for v, _ in points):
-            continue
-        points.sort(key=lambda p: p[0])
-        xs = [v for v, _ in points]
-        med = [r["step_s"]["median"] * 1e3 for _, r in points]
-        lo = [(r["step_s"]["median"] - r["step_s"]["p25"]) * 1e3 for _, r in points]
-        hi = [(r["step_s"]["p75"] - r["step_s"]["median"]) * 1e3 for _, r in points]
-        ax_t.errorbar(xs, med, yerr=[lo, hi], marker="o", capsize=3, label=label, color=COLORS.get(framework))
-        ax_f.plot(xs, [r["achieved_gflop_s"] for _, r in points], marker="o", label=label,
-                  color=COLORS.get(framework))
-        drew = True
-    if not drew:
-        plt.close(fig)
+    """Time per training step against the swept value per variant (bars: p25–p75 over rounds), and each variant's
+    paired speed-up over the baseline with its 95% interval (training: dots, inference: squares)."""
+    rows = [r for r in doc["results"] if r["sweep"] and r["sweep"]["field"] == field and r["step_s"]]
+    if not rows or not all(isinstance(r["sweep"]["value"], (int, float)) for r in rows):
         return None
-    values = sorted({v for v in [base[field], *next(s["values"] for s in doc["settings"]["sweeps"]
-                                                   if s["field"] == field)] if isinstance(v, (int, float))})
-    for ax in (ax_t, ax_f):
+    fig, (ax_t, ax_r) = plt.subplots(1, 2, figsize=(11, 4))
+    for name in dict.fromkeys(label(r) for r in rows):
+        own = sorted((r for r in rows if label(r) == name and r["step"] == "train"), key=lambda r: r["sweep"]["value"])
+        ms, err = _spread(own)
+        ax_t.errorbar([r["sweep"]["value"] for r in own], ms, yerr=err, marker="o", capsize=3, label=name,
+                      color=_color(name))
+    for c in (c for c in doc["comparisons"] if c["sweep"] and c["sweep"]["field"] == field):
+        train = c["step"] == "train"
+        ax_r.errorbar([c["sweep"]["value"] * (1 if train else 1.05)], [c["ratio"]], capsize=3,
+                      yerr=[[c["ratio"] - c["ci95"][0]], [c["ci95"][1] - c["ratio"]]], color=_color(c["variant"]),
+                      marker="o" if train else "s", mfc=None if train else "none",
+                      label=c["variant"] if train and c["sweep"]["value"] == rows[0]["sweep"]["value"] else None)
+    ax_r.axhline(1.0, color="gray", ls=":")
+    values = sorted({r["sweep"]["value"] for r in rows})
+    for ax in (ax_t, ax_r):
         ax.set_xscale("log", base=2)
         ax.set_xticks(values, [str(v) for v in values])
         ax.minorticks_off()
         ax.set_xlabel(field)
-        ax.legend()
-    ax_t.set_ylabel("ms per training step (median, p25–p75)")
-    ax_t.set_yscale("log")
-    ax_f.set_ylabel("achieved model GFLOP/s")
-    if doc["gemm_peak_gflop_s"]:
-        ax_f.axhline(doc["gemm_peak_gflop_s"], color="gray", ls=":", label="GEMM peak")
-        ax_f.legend()
-    fig.suptitle(f"sweep of {field} (other settings at the base configuration)")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+        ax.legend(fontsize=8)
+    ax_t.set(ylabel="ms per training step (median over rounds)", yscale="log")
+    ax_r.set(ylabel=f"speed-up over {BASELINE}, 95% CI (o train, □ eval)")
+    return _save(fig, path, f"sweep of {field} (others at the base configuration), {doc['environment']['cpu_model']}")
+
+
+def scaling_plot(rows: list[dict], path: Path) -> Path | None:
+    """Throughput against device count per twin; dashed: linear from the smallest count."""
+    ok = [r for r in rows if r["step_ms"]]
+    if not ok:
+        return None
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for framework in dict.fromkeys(r["framework"] for r in ok):
+        own = [r for r in ok if r["framework"] == framework]
+        n = [r["devices"] for r in own]
+        ax.plot(n, [r["samples_per_s"] for r in own], "o-", color=COLORS[framework], label=framework)
+        ax.plot(n, [own[0]["samples_per_s"] * d / own[0]["devices"] for d in n], "--", color=COLORS[framework])
+    ax.set(xlabel="devices", ylabel="samples / s", xticks=sorted({r["devices"] for r in ok}))
+    ax.legend()
+    return _save(fig, path, "data-parallel throughput (dashed: linear)")
+
+
+def convergence_curves(doc: dict, path: Path) -> Path:
+    """Validation accuracy against epoch and against training time, one line per (twin, seed)."""
+    fig, (by_epoch, by_time) = plt.subplots(1, 2, figsize=(11, 4))
+    for run in doc["runs"]:
+        kw = dict(color=COLORS.get(run["framework"]), alpha=0.8, label=f"{run['framework']} seed {run['seed']}")
+        by_epoch.plot([e["epoch"] for e in run["epochs"]], [e["val_accuracy"] for e in run["epochs"]], "o-", **kw)
+        by_time.plot([c["train_s"] for c in run["val_curve"]], [c["val_accuracy"] for c in run["val_curve"]], ".-",
+                     **kw)
+    for ax, xlabel in ((by_epoch, "epoch"), (by_time, "training seconds (compilation excluded)")):
+        ax.axhline(doc["target"], color="grey", linestyle=":", linewidth=1)
+        ax.set(xlabel=xlabel, ylabel="validation accuracy")
+    by_epoch.legend(fontsize=8)
+    return _save(fig, path, "Convergence: same recipe, initial weights and batch order; each framework's own dropout")
 
 
 def write_charts(doc: dict, out: Path) -> list[str]:
-    """Every chart that has data; returns the file names written."""
+    """Every chart that has data; the file names written."""
     made = [time_per_step(doc, out / "time_per_step.png"), parity_curves(doc, out / "parity_loss.png")]
-    for sweep in doc["settings"]["sweeps"]:
-        made.append(sweep_chart(doc, sweep["field"], out / f"sweep_{sweep['field']}.png"))
-    return [p.name for p in made if p is not None]
+    made += [sweep_chart(doc, s["field"], out / f"sweep_{s['field']}.png") for s in doc["settings"]["sweeps"]]
+    made.append(doc.get("scaling") and scaling_plot(doc["scaling"], out / "scaling.png"))
+    return [p.name for p in made if p]

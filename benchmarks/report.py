@@ -1,155 +1,117 @@
-"""Results: the rows of the report (one per framework × variant × step kind × configuration), the
-results.json document, and the same tables as plain text (stdout) and Markdown (results.md).
-"""
+"""Rows and paired comparisons from the rounds, results.json, the same tables as text (stdout) and Markdown
+(results.md), and ``compare``. An entry's time per step is the median over rounds of its per-round medians; a
+comparison's ratio is the median of the per-round ratios baseline / variant (above 1: the variant is faster), its
+95% interval the percentiles of that median over bootstrap resamples of the rounds."""
 from __future__ import annotations
 
 import json
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any, Sequence
 
+import numpy as np
+
 from benchmarks import flops
-from benchmarks.peak import GEMM_REPEATS, combine
-from benchmarks.plan import Job, Settings, VARIANTS
-from common.config import Config
+from benchmarks.plan import BASELINE
+from common.errors import ConfigError
 
-SCHEMA_VERSION = 1
-# A 1-minute load average above this share of the usable CPUs means other work competed for them.
-BUSY_LOAD = 0.5
-# The Config fields a result row records (what changes the work of a step).
-CONFIG_KEYS = ("batch_size", "seq_len", "embed_dim", "hidden_dim", "layers", "dtype", "carry", "tbptt",
-               "padding", "dropout", "fc_dropout", "clip")
-PHASES = ("train", "eval")
-
-
-def _status(result: dict, error: str | None) -> str:
-    if not error:
-        return "ok"
-    if result.get("timed_out"):
-        return "timeout"
-    return "unavailable" if error.startswith("unavailable:") else "failed"
+SCHEMA_VERSION = 2
+RESAMPLES = 10_000
+METHOD = (f"median of per-round ratios (baseline s / variant s) over paired, interleaved rounds; 95% interval: "
+          f"percentile bootstrap over the rounds ({RESAMPLES} resamples, seed 0)")
+MAIN_COLUMNS = ("variant", "step", "flush", "median ms", "p25–p75 ms", f"vs {BASELINE} [95% CI]", "rounds×steps",
+                "compile s", "first s", "samples/s", "peak MB", "model GFLOP", "exec GFLOP", "GFLOP/s", "util")
+SWEEP_COLUMNS = ("value", "variant", "train ms", f"train vs {BASELINE}", "eval ms", f"eval vs {BASELINE}",
+                 "exec GFLOP train", "rounds")
 
 
-def _row(job: Job, result: dict, phase: str, peak_gflop_s: float | None) -> dict:
-    cfg = Config(**job.config)
-    info = result.get("info", {})
-    phase_result = result.get(phase, {})
-    error = result.get("error") or phase_result.get("error")
-    row: dict[str, Any] = {
-        "framework": job.framework, "variant": job.variant, "step": phase, "lstm_impl": result.get("lstm_impl"),
-        "config": {k: getattr(cfg, k) for k in CONFIG_KEYS},
-        "sweep": {"field": job.sweep[0], "value": job.sweep[1]} if job.sweep else None,
-        "device": info.get("device"), "device_name": info.get("device_name"),
-        "status": _status(result, error),
-        "error": error,
-        "compile_s": None, "lower_s": None, "first_step_s": None,
-        "step_s": None, "steps": None, "block": None,
-        "samples_per_s": None, "tokens_per_s": None,
-        "peak_mem_mb": None, "mem_kind": None, "peak_rss_mb": None, "baseline_rss_mb": result.get("baseline_rss_mb"),
-        "gflop_per_step": flops.step_flops(cfg, phase) / 1e9,
-        "achieved_gflop_s": None, "utilisation": None,
-        "threads": info.get("threads"), "precision": info.get("precision"),
-        "compile_info": result.get("compile_info"),
-    }
-    if error:
-        return row
-    median = phase_result["step_s"]["median"]
-    on_gpu = info.get("device") == "cuda"
-    row.update({
-        "compile_s": phase_result.get("compile_s"), "lower_s": phase_result.get("lower_s"),
-        "first_step_s": phase_result["first_step_s"], "step_s": phase_result["step_s"],
-        "steps": phase_result["steps"], "block": phase_result["block"],
-        "samples_per_s": cfg.batch_size / median, "tokens_per_s": cfg.batch_size * cfg.seq_len / median,
-        "peak_rss_mb": phase_result.get("peak_rss_mb"),
-        "peak_mem_mb": phase_result.get("peak_device_mb") if on_gpu else phase_result.get("peak_rss_mb"),
-        "mem_kind": "device peak allocated" if on_gpu else "process peak RSS",
-        "achieved_gflop_s": row["gflop_per_step"] / median,
-    })
-    if peak_gflop_s:
-        row["utilisation"] = row["achieved_gflop_s"] / peak_gflop_s
-    return row
+def paired_ratio(base_s: Sequence[float], variant_s: Sequence[float], seed: int = 0) -> tuple[float, list[float]]:
+    """``(ratio, [low, high])``: the median of ``base_s[i] / variant_s[i]`` (seconds) and its 95% bootstrap interval."""
+    n = min(len(base_s), len(variant_s))
+    ratios = np.asarray(base_s[:n], dtype=np.float64) / np.asarray(variant_s[:n], dtype=np.float64)
+    picks = np.random.default_rng(seed).integers(0, n, size=(RESAMPLES, n))
+    low, high = np.percentile(np.median(ratios[picks], axis=1), [2.5, 97.5])
+    return float(np.median(ratios)), [float(low), float(high)]
 
 
-def gemm_peak(results: Sequence[dict], device: str) -> dict:
-    """The best measurement per library over all workers, then the peak on ``device``."""
-    merged: dict[str, dict] = {}
-    for r in results:
-        for backend, m in r.get("gemm", {}).items():
-            if backend not in merged or m["gflop_s"] > merged[backend]["gflop_s"]:
-                merged[backend] = m
-    return combine(merged, device)
+def rows_for(session: dict, configs: dict[str, dict], sweep: dict | None, peak: float | None) -> list[dict]:
+    """One row per entry and step kind (the README's schema)."""
+    rows = []
+    for name, e in session["entries"].items():
+        cfg = SimpleNamespace(**configs[name])  # not a Config: a skipped variant's choice may not validate
+        setup = e.get("setup", {})
+        record, info = setup.get("record", {}), setup.get("info", {})
+        gpu, folds = info.get("device") == "cuda", record.get("lstm_impl") == "fused" and cfg.embed_fold
+        for kind in (k for k in ("train", "eval") if k in session["rounds"]):
+            phase, times = setup.get("phases", {}).get(kind, {}), e.get("round_s", {}).get(kind, [])
+            model = flops.step_flops(cfg, kind) / 1e9
+            p25, median, p75 = (float(x) for x in np.percentile(times, [25, 50, 75])) if times else (None,) * 3
+            rows.append({
+                "framework": name.split(":")[0], "variant": name.split(":", 1)[1], "step": kind, "sweep": sweep,
+                "status": e["status"], "error": e["error"], "lstm_impl": record.get("lstm_impl"),
+                "config": configs[name], "device": info.get("device"),
+                "device_name": info.get("device_name"), "flush_denormal": record.get("flush_denormal"),
+                "allow_tf32": record.get("allow_tf32"), "compile_s": phase.get("compile_s"),
+                "lower_s": phase.get("lower_s"), "first_step_s": phase.get("first_step_s"),
+                "step_s": {"median": median, "p25": p25, "p75": p75} if times else None, "rounds": len(times),
+                "steps_per_round": e.get("steps_per_round", {}).get(kind), "round_s": times,
+                "samples_per_s": median and cfg.batch_size / median,
+                "tokens_per_s": median and cfg.batch_size * cfg.seq_len / median,
+                "achieved_gflop_s": median and model / median, "utilisation": median and peak and model / median / peak,
+                "peak_mem_mb": phase.get("peak_device_mb" if gpu else "peak_rss_mb"),
+                "mem_kind": "device peak allocated" if gpu else "process peak RSS",
+                "model_gflop_per_step": model, "gflop_per_step": model,
+                "executed_gflop_per_step": flops.executed_step_flops(cfg, kind, setup["vocab_size"], folds) / 1e9
+                if setup else None, "threads": info.get("threads"), "precision": info.get("precision"),
+                "compile_info": setup.get("compile_info")})
+    return rows
 
 
-def parity(jobs: Sequence[Job], results: Sequence[dict], steps: int, frameworks: Sequence[str]) -> dict:
-    """max |Δloss| between the twins' loss curves (same weights, same batches, dropout 0)."""
-    curves, errors = {}, {}
-    for job, r in zip(jobs, results):
-        if job.parity_steps:
-            if "parity_losses" in r:
-                curves[job.framework] = r["parity_losses"]
-            else:
-                errors[job.framework] = r.get("parity_error") or r.get("error") or "no parity run"
-    out: dict[str, Any] = {"steps": steps, "losses": curves, "max_abs_dloss": None, "status": None,
-                           "errors": errors or None}
-    if steps == 0:
-        out["status"] = "skipped (--parity-steps 0)"
-    elif set(frameworks) != {"torch", "jax"}:
-        out["status"] = "skipped: needs both twins"
-    elif not any(j.parity_steps for j in jobs):
-        out["status"] = "skipped: parity runs with the main variants (torch:eager, jax:jit), not in this run"
-    elif len(curves) < 2:
-        out["status"] = "failed: " + "; ".join(f"{k}: {v}" for k, v in errors.items())
-    else:
-        a, b = curves["torch"], curves["jax"]
-        out["max_abs_dloss"] = max(abs(x - y) for x, y in zip(a, b))
-        out["status"] = "ok"
+def comparisons_for(session: dict, sweep: dict | None) -> list[dict]:
+    """Every measured variant against :data:`BASELINE`, per step kind, over the rounds both have."""
+    out = []
+    for kind, rounds in session["rounds"].items():
+        base_s = session["entries"].get(BASELINE, {}).get("round_s", {}).get(kind)
+        for name, e in session["entries"].items():
+            times = e.get("round_s", {}).get(kind)
+            if name != BASELINE and times and base_s:
+                ratio, ci = paired_ratio(base_s, times)
+                n = min(len(base_s), len(times))
+                out.append({"baseline": BASELINE, "variant": name, "step": kind, "ratio": ratio, "ci95": ci,
+                            "rounds": n, "busy_rounds": sum(r["busy"] for r in rounds[:n]), "method": METHOD,
+                            "sweep": sweep})
     return out
 
 
-def build_document(jobs: Sequence[Job], results: Sequence[dict], base: Config, settings: Settings,
-                   environment: dict, frameworks: Sequence[str], argv: Sequence[str]) -> dict:
-    devices = [r.get("info", {}).get("device") for r in results if r.get("info")]
-    device = devices[0] if devices else ("cuda" if settings.device in ("gpu", "cuda") else "cpu")
-    peak = gemm_peak(results, device)
-    rows = [_row(j, r, phase, peak["gflop_s"]) for j, r in zip(jobs, results) for phase in PHASES
-            if phase in j.phases]
-    env = dict(environment)
-    env["devices"] = {j.framework: r["info"].get("device_name") for j, r in zip(jobs, results) if r.get("info")}
-    env["threads"] = {j.framework: r["info"].get("threads") for j, r in zip(jobs, results) if r.get("info")}
-    env["precision"] = {j.framework: r["info"].get("precision") for j, r in zip(jobs, results) if r.get("info")}
-    return {
-        "schema_version": SCHEMA_VERSION,
-        "warnings": warnings(environment, env["devices"], rows),
-        "command": list(argv),
-        "environment": env,
-        "settings": {"steps": settings.steps, "warmup": settings.warmup, "block": settings.block or "auto",
-                     "parity_steps": settings.parity_steps, "device": settings.device,
-                     "threads": settings.threads, "allow_tf32": settings.allow_tf32,
-                     "frameworks": list(frameworks),
-                     "sweeps": [{"field": s.field, "values": list(s.values)} for s in settings.sweeps]},
-        "base_config": base.to_dict(),
-        "variants": {v.label: v.description for v in VARIANTS if v.framework in frameworks},
-        "gemm_peak_gflop_s": peak["gflop_s"],
-        "gemm_peak": peak,
-        "results": rows,
-        "parity": parity(jobs, results, settings.parity_steps, frameworks),
-        "job_wall_s": {j.label: r.get("wall_s") for j, r in zip(jobs, results)},
-    }
+def gemm_peak(measured: dict, device: str) -> dict:
+    """The highest rate among the libraries measured on the benchmark ``device`` (numpy counts on the CPU)."""
+    on_device = {k: v for k, v in measured.items() if v.get("device") == device}
+    best = max(on_device, key=lambda k: on_device[k]["gflop_s"]) if on_device else None
+    return {"gflop_s": on_device[best]["gflop_s"] if best else None, "backend": best, "measurements": measured}
 
 
-def warnings(environment: dict, devices: dict, rows: Sequence[dict]) -> list[str]:
+def parity(losses: dict, steps: int) -> dict:
+    """max |Δloss| between the twins' loss curves (same weights, same batches, dropout 0)."""
+    curves = {k: v for k, v in losses.items() if isinstance(v, list)}
+    errors = {k: v for k, v in losses.items() if k not in curves}
+    status = ("skipped (--parity-steps 0)" if steps == 0 else "failed: " + _pairs(errors) if errors
+              else "skipped: needs torch:eager and jax:jit in the run" if set(curves) != {"torch", "jax"} else "ok")
+    dloss = max(abs(x - y) for x, y in zip(curves["torch"], curves["jax"])) if status == "ok" else None
+    return {"steps": steps, "losses": curves, "max_abs_dloss": dloss, "errors": errors, "status": status}
+
+
+def warnings(rows: Sequence[dict], rounds: Sequence[dict]) -> list[str]:
     """What makes this run's numbers less comparable than they look."""
     out = []
+    devices = {r["framework"]: r["device_name"] for r in rows if r["device_name"]}
     if len(set(devices.values())) > 1:
-        out.append("the twins ran on different devices (" + ", ".join(f"{k} {v}" for k, v in devices.items())
-                   + "): their times are not comparable")
-    if any((r.get("utilisation") or 0) > 1 for r in rows):
-        out.append("a variant's achieved FLOP/s exceeds the measured GEMM peak: the peak measurement was "
-                   "disturbed (other work on the machine?), so utilisation figures are unreliable")
-    for when in ("start", "end"):
-        load = environment.get(f"load_average_{when}")
-        if load is not None and load > BUSY_LOAD * environment["usable_cpus"]:
-            out.append(f"the machine was busy at the {when} (load average {load:.1f} on "
-                       f"{environment['usable_cpus']} CPUs): times are inflated and noisy")
+        out.append(f"the twins ran on different devices ({devices}): their times are not comparable")
+    if any((r["utilisation"] or 0) > 1 for r in rows):
+        out.append("a variant's achieved FLOP/s exceeds the measured GEMM peak: the peak measurement was disturbed "
+                   "(other work on the machine?), so utilisation figures are unreliable")
+    if sum(r["busy"] for r in rounds):
+        out.append(f"{sum(r['busy'] for r in rounds)} of {len(rounds)} rounds ran while other processes used more "
+                   "than half the cores (busy in results.json): times are inflated, paired ratios less so")
     return out
 
 
@@ -157,188 +119,151 @@ def write_json(doc: dict, path: Path) -> None:
     path.write_text(json.dumps(doc, indent=1, ensure_ascii=False, default=str) + "\n", encoding="utf-8")
 
 
-# ---------------------------------------------------------------- tables
-
 def _fmt(x: Any, spec: str) -> str:
     return "–" if x is None else format(x, spec)
 
 
-def _percent(x: float | None) -> str:
-    return "–" if x is None else f"{x * 100:.1f}%"
+def _pairs(d: dict) -> str:
+    return ", ".join(f"{k}: ({_pairs(v)})" if isinstance(v, dict) else f"{k}={v}" for k, v in d.items())
 
 
-MAIN_COLUMNS = ("framework", "variant", "step", "compile s", "first step s", "median ms", "p25–p75 ms",
-                "samples/s", "tokens/s", "peak MB", "GFLOP/step", "GFLOP/s", "util")
+def label(r: dict) -> str:
+    return f"{r['framework']}:{r['variant']}"
+
+
+def _ratio(doc: dict, r: dict | None) -> str:
+    if r and label(r) == BASELINE:
+        return "baseline"
+    c = r and next((c for c in doc["comparisons"] if c["variant"] == label(r) and c["step"] == r["step"]
+                    and c["sweep"] == r["sweep"]), None)
+    return f"{c['ratio']:.2f}× [{c['ci95'][0]:.2f}–{c['ci95'][1]:.2f}]" if c else "–"
+
+
+def _ms(r: dict | None) -> str:
+    return f"{r['step_s']['median'] * 1e3:.1f}" if r and r["step_s"] else "–"
 
 
 def main_rows(doc: dict) -> list[list[str]]:
+    return [[label(r), r["step"], {True: "yes", False: "no"}.get(r["flush_denormal"], "–"), _ms(r),
+             f"{r['step_s']['p25'] * 1e3:.1f}–{r['step_s']['p75'] * 1e3:.1f}", _ratio(doc, r),
+             f"{r['rounds']}×{r['steps_per_round']}", _fmt(r["compile_s"], ".2f"), _fmt(r["first_step_s"], ".2f"),
+             f"{r['samples_per_s']:.1f}", _fmt(r["peak_mem_mb"], ".0f"), f"{r['model_gflop_per_step']:.4g}",
+             f"{r['executed_gflop_per_step']:.4g}", f"{r['achieved_gflop_s']:.1f}",
+             _fmt(r["utilisation"] and 100 * r["utilisation"], ".1f") + "%"]
+            for r in doc["results"] if r["sweep"] is None and r["step_s"]]
+
+
+def sweep_rows(doc: dict, name: str) -> list[list[str]]:
+    """One row per (value, variant): time per step kind and the paired ratios with their intervals."""
     out = []
-    for r in doc["results"]:
-        if r["sweep"] is not None:
-            continue
-        if r["status"] != "ok":
-            out.append([r["framework"], r["variant"], r["step"], r["status"], (r["error"] or "")[:60]]
-                       + [""] * (len(MAIN_COLUMNS) - 5))
-            continue
-        s = r["step_s"]
-        out.append([r["framework"], r["variant"], r["step"], _fmt(r["compile_s"], ".2f"),
-                    _fmt(r["first_step_s"], ".2f"), f"{s['median'] * 1e3:.1f}",
-                    f"{s['p25'] * 1e3:.1f}–{s['p75'] * 1e3:.1f}", f"{r['samples_per_s']:.1f}",
-                    f"{r['tokens_per_s']:.0f}", _fmt(r["peak_mem_mb"], ".0f"), f"{r['gflop_per_step']:.4g}",
-                    f"{r['achieved_gflop_s']:.1f}", _percent(r["utilisation"])])
+    for r in (r for r in doc["results"] if r["sweep"] and r["sweep"]["field"] == name and r["step"] == "train"):
+        ev = next((x for x in doc["results"] if x["sweep"] == r["sweep"] and x["step"] == "eval"
+                   and label(x) == label(r)), None)
+        busy = sum(b["busy"] for b in doc["sweep_rounds"].get(f"{name}={r['sweep']['value']}", []))
+        out.append([str(r["sweep"]["value"]), label(r), _ms(r) if r["step_s"] else r["status"], _ratio(doc, r),
+                    _ms(ev), _ratio(doc, ev), _fmt(r["executed_gflop_per_step"], ".4g"),
+                    f"{r['rounds']}" + (f" ({busy} busy)" if busy else "")])
     return out
 
 
-SWEEP_COLUMNS = ("value", "framework", "variant", "train median ms", "p25–p75 ms", "samples/s", "GFLOP/step",
-                 "GFLOP/s", "util", "eval median ms")
+def scaling_rows(rows: list[dict]) -> list[list]:
+    return [[r["framework"], r["devices"], r["threads"], *([f"{r['step_ms']:.1f}", f"{r['samples_per_s']:.0f}",
+             f"{r['efficiency']:.2f}", r["rounds"]] if r["step_ms"] else [f"{r['status']}: {r['error']}", "", "", ""])]
+            for r in rows]
 
 
-def sweep_tables(doc: dict) -> dict[str, list[list[str]]]:
-    """Per swept field: one row per (value, framework) with training and inference times."""
-    tables: dict[str, list[list[str]]] = {}
-    base = doc["base_config"]
-    for sweep in doc["settings"]["sweeps"]:
-        name = sweep["field"]
-        rows = []
-        for value in sweep["values"]:
-            for r in doc["results"]:
-                if r["step"] != "train":
-                    continue
-                at_base = r["sweep"] is None and base[name] == value
-                at_point = r["sweep"] is not None and r["sweep"]["field"] == name and r["sweep"]["value"] == value
-                if not (at_base or at_point):
-                    continue
-                if at_base and f"{r['framework']}:{r['variant']}" not in _main_labels():
-                    continue
-                ev = _partner(doc, r, "eval")
-                if r["status"] != "ok":
-                    rows.append([str(value), r["framework"], r["variant"], r["status"], "", "", "", "", "", ""])
-                    continue
-                s = r["step_s"]
-                rows.append([str(value), r["framework"], r["variant"], f"{s['median'] * 1e3:.1f}",
-                             f"{s['p25'] * 1e3:.1f}–{s['p75'] * 1e3:.1f}", f"{r['samples_per_s']:.1f}",
-                             f"{r['gflop_per_step']:.4g}", f"{r['achieved_gflop_s']:.1f}",
-                             _percent(r["utilisation"]),
-                             f"{ev['step_s']['median'] * 1e3:.1f}" if ev and ev["status"] == "ok" else "–"])
-        tables[name] = rows
-    return tables
-
-
-def _main_labels() -> list[str]:
-    return [v.label for v in VARIANTS if v.main]
-
-
-def _partner(doc: dict, row: dict, step: str) -> dict | None:
-    for r in doc["results"]:
-        if (r["framework"], r["variant"], r["sweep"], r["config"], r["step"]) == (
-                row["framework"], row["variant"], row["sweep"], row["config"], step):
-            return r
-    return None
-
-
-def text_table(columns: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    widths = [max(len(str(c)), *(len(str(r[i])) for r in rows)) if rows else len(c) for i, c in enumerate(columns)]
+def table(columns: Sequence[str], rows: Sequence[Sequence[str]], markdown: bool) -> str:
+    if markdown:
+        cell = lambda c: str(c).replace("|", "\\|")  # noqa: E731
+        return "\n".join(["| " + " | ".join(columns) + " |", "|" + "|".join("---" for _ in columns) + "|"]
+                         + ["| " + " | ".join(cell(c) for c in r) + " |" for r in rows])
+    widths = [max([len(str(c))] + [len(str(r[i])) for r in rows]) for i, c in enumerate(columns)]
     line = lambda cells: "  ".join(str(c).ljust(w) for c, w in zip(cells, widths)).rstrip()  # noqa: E731
     return "\n".join([line(columns), line(["-" * w for w in widths])] + [line(r) for r in rows])
 
 
-def markdown_table(columns: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    esc = lambda c: str(c).replace("|", "\\|")  # noqa: E731
-    out = ["| " + " | ".join(columns) + " |", "|" + "|".join("---" for _ in columns) + "|"]
-    out += ["| " + " | ".join(esc(c) for c in r) + " |" for r in rows]
-    return "\n".join(out)
-
-
-def _config_line(doc: dict) -> str:
-    c = doc["base_config"]
-    return (f"B {c['batch_size']}, T {c['seq_len']}, E {c['embed_dim']}, H {c['hidden_dim']}, L {c['layers']}, "
-            f"{c['dtype']}, corpus {c['data']}")
-
-
-def _peak_line(doc: dict) -> str:
-    p = doc["gemm_peak"]
-    if not p["gflop_s"]:
-        return "float32 GEMM peak: not measured"
-    parts = ", ".join(f"{k} {v['gflop_s']:.1f} ({v['device']}, n={v['n']})" for k, v in p["measurements"].items())
-    return (f"float32 GEMM peak (best of {GEMM_REPEATS} n×n products per library, this run): "
-            f"{p['gflop_s']:.1f} GFLOP/s by {p['backend']} [{parts}]")
-
-
-def _parity_line(doc: dict) -> str:
-    p = doc["parity"]
-    if p["status"] != "ok":
-        return f"parity: {p['status']}"
-    a, b = p["losses"]["torch"], p["losses"]["jax"]
-    return (f"parity over {p['steps']} training steps (same weights and batches, dropout 0): "
-            f"max |Δloss| = {p['max_abs_dloss']:.3g}  (loss step 1: torch {a[0]:.6f}, jax {b[0]:.6f}; "
-            f"step {len(a)}: torch {a[-1]:.6f}, jax {b[-1]:.6f})")
-
-
-def _compile_lines(doc: dict) -> list[str]:
-    lines = []
-    seen = set()
-    for r in doc["results"]:
-        info = r.get("compile_info")
-        if not info or r["sweep"] is not None or r["variant"] in seen:
-            continue
-        seen.add(r["variant"])
-        breaks = "; ".join(f"{k} (x{n})" for k, n in info["graph_break_reasons"].items()) or "none"
-        refused = "; ".join(f"{k} (x{n})" for k, n in info["unimplemented"].items()) or "nothing"
-        lines.append(f"torch:{r['variant']}: Dynamo traced {info['frames_ok']} of {info['frames_total']} frames "
-                     f"into {info['unique_graphs']} graph(s) with {info['graph_breaks']} graph break(s) [{breaks}]; "
-                     f"could not trace: {refused}")
-    return lines
-
-
-def _pairs(d: dict | None) -> str:
-    return ", ".join(f"{k}={v!r}" if isinstance(v, str) else f"{k}={v}" for k, v in (d or {}).items())
-
-
-def _env_lines(doc: dict) -> list[str]:
-    e = doc["environment"]
-    v = e["versions"]
-    return [f"date {e['date']}; CPU {e['cpu_model']} ({e['usable_cpus']} usable of {e['cpu_count']}); "
-            f"{e['platform']}",
-            "python " + e["python"] + "; " + ", ".join(f"{k} {v[k] or 'not installed'}" for k in v),
-            "devices: " + ", ".join(f"{k} {d}" for k, d in e["devices"].items()),
-            "threads: " + "; ".join(f"{k}: {_pairs(t)}" for k, t in e["threads"].items()),
-            "matmul precision: " + "; ".join(f"{k}: {_pairs(p)}" for k, p in e["precision"].items()),
-            f"load average (1 min) at start {_fmt(e.get('load_average_start'), '.2f')}, at end "
-            f"{_fmt(e.get('load_average_end'), '.2f')}; whole run {_fmt(e.get('run_wall_s'), '.0f')} s"]
-
-
-def stdout_report(doc: dict) -> str:
-    out = [f"config: {_config_line(doc)}; {doc['settings']['steps']} timed steps after "
-           f"{doc['settings']['warmup']} warm-up (+ the first step, reported apart)"]
-    out += [f"WARNING: {w}" for w in doc["warnings"]]
-    out += ["", text_table(MAIN_COLUMNS, main_rows(doc)), "", _peak_line(doc), _parity_line(doc)]
-    out += _compile_lines(doc)
-    out += [""] + _env_lines(doc)
-    for name, rows in sweep_tables(doc).items():
-        out += ["", f"sweep {name} (others at the base config):", text_table(SWEEP_COLUMNS, rows)]
-    return "\n".join(out)
-
-
-def markdown_report(doc: dict, charts: Sequence[str]) -> str:
-    settings = doc["settings"]
-    out = ["# LSTM twins benchmark", "",
-           f"Configuration: {_config_line(doc)}. {settings['steps']} timed steps per measurement after "
-           f"{settings['warmup']} warm-up steps; the first step (and compilation) is reported apart.", ""]
-    out += [f"> **Warning:** {w}\n" for w in doc["warnings"]]
-    out += ["## Environment", ""] + [f"- {line}" for line in _env_lines(doc)]
-    out += ["", "## Time per step", "", markdown_table(MAIN_COLUMNS, main_rows(doc)), "",
-            f"- {_peak_line(doc)}",
-            "- util = achieved model GFLOP/s ÷ the measured GEMM peak; model FLOPs count the matrix products "
-            "only (see benchmarks/flops.py).",
-            "- compile s: JAX `lower()` + `compile()` of the jitted step; torch.compile variants: the first "
-            "call (Dynamo/Inductor work plus the step). first step s: the first call after that.",
-            "- peak MB: process peak RSS on the CPU (each variant in a fresh process: framework, data and model "
-            "included; inference is measured first), peak device allocation on a GPU."]
-    out += [f"- {line}" for line in _compile_lines(doc)]
-    out += ["", "## Parity", "", _parity_line(doc)]
-    for name, rows in sweep_tables(doc).items():
-        out += ["", f"## Sweep: {name}", "", markdown_table(SWEEP_COLUMNS, rows)]
-    out += ["", "## Variants", ""] + [f"- `{k}`: {v}" for k, v in doc["variants"].items()]
-    if charts:
+def render(doc: dict, charts: Sequence[str] = (), markdown: bool = False) -> str:
+    """The whole report: stdout (``markdown=False``) or results.md."""
+    c, s, e, p, q = doc["base_config"], doc["settings"], doc["environment"], doc["gemm_peak"], doc["parity"]
+    notes = sorted({f"{label(r)}: {r['status']}: {r['error']}" for r in doc["results"]
+                    if r["sweep"] is None and not r["step_s"]})
+    if p["gflop_s"]:
+        notes.append(f"float32 GEMM peak (best of 8 n×n products per library): {p['gflop_s']:.1f} GFLOP/s by "
+                     f"{p['backend']} [" + ", ".join(f"{k} {v['gflop_s']:.1f} ({v['device']}, n={v['n']})"
+                                                    for k, v in p["measurements"].items()) + "]")
+    torch, jax = q["losses"].get("torch"), q["losses"].get("jax")
+    parity = [f"parity over {q['steps']} training steps (same weights and batches, dropout 0): max |Δloss| = "
+              f"{q['max_abs_dloss']:.3g} (step 1: torch {torch[0]:.6f}, jax {jax[0]:.6f}; step {q['steps']}: "
+              f"torch {torch[-1]:.6f}, jax {jax[-1]:.6f})" if q["status"] == "ok" else f"parity: {q['status']}",
+              f"ratios: {METHOD}; busy rounds (other processes > half the cores): "
+              + ", ".join(f"{k} {sum(r['busy'] for r in v)}/{len(v)}" for k, v in doc["rounds"].items())
+              + "; util = model GFLOP/s ÷ the GEMM peak; exec GFLOP: what the variant computes (benchmarks/flops.py)"]
+    for r in (r for r in doc["results"] if r.get("compile_info") and r["sweep"] is None and r["step"] == "train"):
+        info = r["compile_info"]
+        parity.append(f"{label(r)}: Dynamo traced {info['frames_ok']} of {info['frames_total']} frames into "
+                      f"{info['unique_graphs']} graph(s), {info['graph_breaks']} graph break(s); could not trace: "
+                      f"{_pairs(info['unimplemented']) or 'nothing'}")
+    # Everything the environment records: CPU, versions, threads, precision, XLA's setup, load.
+    env = [f"{k}: {_pairs(v) if isinstance(v, dict) else _fmt(v, '.3g' if isinstance(v, float) else '')}"
+           for k, v in e.items()]
+    section = lambda title: ["", f"## {title}", ""] if markdown else ["", f"{title}:"]  # noqa: E731
+    items = lambda lines: [("- " if markdown else "") + x for x in lines]  # noqa: E731
+    out = (["# LSTM twins benchmark", ""] if markdown else []) + [
+        f"config: B {c['batch_size']}, T {c['seq_len']}, E {c['embed_dim']}, H {c['hidden_dim']}, L {c['layers']}, "
+        f"V {doc['vocab_size']}, {c['dtype']}, corpus {c['data']}; {s['rounds']} paired rounds per step kind of "
+        f"{s['steps']} training and {s['eval_steps']} evaluation steps per variant, after the first step (reported "
+        f"apart) and {s['warmup']} warm-up steps"
+        + "".join(f"; {k}: 1 training step per round" for k in doc["variants"] if k.endswith("-defaults"))]
+    out += [("> **Warning:** " if markdown else "WARNING: ") + w for w in doc["warnings"]]
+    out += ["", table(MAIN_COLUMNS, main_rows(doc), markdown), "", *items(notes)]
+    out += [*section("Parity and method"), *items(parity), *section("Environment"), *items(env)]
+    for sweep in doc["settings"]["sweeps"]:
+        out += [*section(f"Sweep of {sweep['field']}"), f"Others at the base config; ratios vs {BASELINE} with 95% "
+                "intervals.", "", table(SWEEP_COLUMNS, sweep_rows(doc, sweep["field"]), markdown)]
+    if doc.get("scaling"):
+        cpu = next(r["device"] for r in doc["results"] if r["step_s"]) == "cpu"
+        out += [*section("Data-parallel scaling"), f"At a fixed global batch of {doc['scaling'][0]['batch_size']};"
+                " efficiency = throughput / (N × the smallest count's per device), 1.0 is linear." + (
+                    " On a CPU the N devices share the same cores: this measures the overhead of data parallelism, "
+                    "not a speed-up." if cpu else ""), "",
+                table(("framework", "devices", "threads", "step ms", "samples/s", "efficiency", "rounds"),
+                      scaling_rows(doc["scaling"]), markdown)]
+    out += [*section("Variants"), *[f"- `{k}`: {v}" for k, v in doc["variants"].items()]]
+    if markdown:
         out += ["", "## Charts", ""] + [f"![{c}]({c})" for c in charts]
     return "\n".join(out) + "\n"
+
+
+def load_results(spec: str) -> dict:
+    """A results directory or results.json → its document; anything else is a ConfigError naming it."""
+    path = Path(spec) / "results.json" if Path(spec).is_dir() else Path(spec)
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+        if not isinstance(doc, dict) or not isinstance(doc.get("results"), list) or not all(
+                isinstance(r, dict) and {"framework", "variant", "step", "step_s", "sweep"} <= r.keys()
+                for r in doc["results"]):
+            raise ValueError("no benchmark result rows")
+    except FileNotFoundError:
+        raise ConfigError(f"compare: {spec}: no such results directory or results.json") from None
+    except (OSError, ValueError) as err:
+        raise ConfigError(f"compare: {path}: not a bench results.json ({str(err).splitlines()[0]})") from None
+    return doc
+
+
+def compare(a: dict, b: dict, names: Sequence[str], markdown: bool) -> str:
+    """Rows measured in both runs (same variant, step kind and sweep point): A's and B's ms, and A ms / B ms."""
+    def key(r):
+        return label(r), r["step"], json.dumps(r["sweep"], sort_keys=True)
+
+    theirs = {key(r): r for r in b["results"] if r["step_s"]}
+    rows = [[label(r), r["step"], f"{r['sweep']['field']}={r['sweep']['value']}" if r["sweep"] else "base", _ms(r),
+             _ms(theirs[key(r)]), f"{r['step_s']['median'] / theirs[key(r)]['step_s']['median']:.2f}×"]
+            for r in a["results"] if r["step_s"] and key(r) in theirs]
+    if not rows:
+        raise ConfigError("compare: the two runs have no rows in common (same variant, step and sweep point)")
+    head = [f"{tag}: {name} ({d['environment'].get('date', '?')}, {d['environment'].get('cpu_model', '?')}, "
+            f"{', '.join(f'{k} {v}' for k, v in d['environment'].get('devices', {}).items())})"
+            for tag, d, name in zip("AB", (a, b), names)]
+    body = table(["variant", "step", "config", "A ms", "B ms", "A ms / B ms (above 1: B faster)"], rows, markdown)
+    return "\n".join((["# Two benchmark runs side by side", ""] if markdown else [])
+                     + [("- " if markdown else "") + h for h in head] + ["", body]) + "\n"

@@ -1,81 +1,254 @@
-"""One benchmark job in a fresh process: ``python -m benchmarks.worker JOB.json RESULT.json``.
+"""A persistent benchmark worker, ``python -m benchmarks.worker torch|jax``: one per variant (per rank under DDP).
 
-A fresh process per (framework, variant, configuration) makes each variant's peak memory its own and keeps
-compiled code, caches and global switches (``torch._dynamo.config``) from leaking between variants. The
-job is a JSON object (see ``benchmarks.plan.Job``); the result is written as JSON; progress lines
-(``@@progress N``) go to stdout for the parent's progress bar.
+One JSON request per line on stdin, one ``@@ {json}`` answer per line on stdout: ``setup``, ``steps`` (time ``n``
+steps of one kind), ``parity`` (losses with dropout 0), ``gemm`` (the float32 matmul rate), ``quit``. The steps are
+the twins' own ``train_step`` and ``eval_step``, each ending in the host sync the trainers do, on the real batches.
 """
 from __future__ import annotations
 
+import itertools
 import json
 import os
+import resource
 import sys
 import time
 import traceback
-from pathlib import Path
+from collections import Counter
 
+import numpy as np
+
+from benchmarks.harness import REPLY_TAG
+from common.batches import batches
 from common.config import Config
-from common.errors import UserError
+from common.data import prepare_data
+from common.errors import ConfigError, UserError
+from common.params import init_params
 
 
-def _pin_cpus(threads: int) -> None:
-    """Restrict this process to ``threads`` CPUs: XLA sizes its CPU thread pool from the affinity."""
-    if hasattr(os, "sched_setaffinity"):
-        cpus = sorted(os.sched_getaffinity(0))
-        os.sched_setaffinity(0, cpus[:threads])
+def gemm_gflop_s(matmul, a, b, sync=lambda x: x, repeats: int = 8) -> float:
+    """The one peak timer: best of ``repeats`` float32 ``(n, n) @ (n, n)`` products, GFLOP/s."""
+    sync(matmul(a, b))
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        sync(matmul(a, b))
+        best = min(best, time.perf_counter() - start)
+    return 2 * a.shape[0] ** 3 / best / 1e9
 
 
-def run_job(job: dict) -> dict:
-    from benchmarks import peak
-    from benchmarks.workload import load_workload
+class TorchSide:
+    """``TorchTwin`` as ``torch_impl.train`` builds it (DDP under a torchrun-style environment)."""
 
-    _pin_cpus(job["threads"])
-    framework = job["framework"]
-    if framework == "torch":
-        from benchmarks import runners_torch as runner
-    else:
-        from benchmarks import runners_jax as runner
-    t0 = time.perf_counter()
-    info = runner.setup(job["device"], job["threads"], job["allow_tf32"])
-    info["import_s"] = time.perf_counter() - t0
-    cfg = Config(**job["config"])
-    steps, warmup = job["steps"], job["warmup"]
-    # Distinct batches for the first step, warm-up and timed steps, and for the parity run; the timed
-    # loop cycles through them when whole blocks need a few more.
-    n_train = max(1 + warmup + steps, job["parity_steps"])
-    wl = load_workload(cfg, n_train, min(n_train, 1 + warmup + steps))
-    result = {"info": {k: v for k, v in info.items() if k != "jax_device"}, "vocab_size": wl.vocab_size}
-    result.update(runner.run_variant(cfg, wl, info, job["variant"], warmup=warmup, steps=steps,
-                                     block=job["block"], phases=tuple(job["phases"])))
-    if job["parity_steps"]:
+    def __init__(self, threads: int):
+        import torch
+        torch.set_num_threads(threads)
+        self.torch = torch
+
+    def build(self, cfg: Config, vocab_size: int, params, hooks: dict):
+        from torch_impl import distributed, step, train
+        world = distributed.world_from_environment()
+        distributed.check_config(cfg, world)
+        device = step.resolve_device(cfg.device)
+        step.resolve_dtype(cfg.dtype)
+        if world is not None:
+            if device.type == "cuda" and world.size > self.torch.cuda.device_count():
+                raise ConfigError(f"--device-counts {world.size}: PyTorch sees {self.torch.cuda.device_count()} GPU(s)")
+            device = distributed.join_process_group(world, device)
+        self.device, twin = device, train.TorchTwin(cfg, vocab_size, device, world)
+        state = twin.init_state(params)
+        if hooks.get("compile_model"):
+            twin.model = state.model = self.torch.compile(state.model)
+        return twin, state
+
+    def sync(self) -> None:
+        if self.device.type == "cuda":
+            self.torch.cuda.synchronize()
+
+    def info(self) -> dict:
+        t, gpu = self.torch, self.device.type == "cuda"
+        return {"device": "cuda" if gpu else "cpu",
+                "device_name": t.cuda.get_device_name(self.device) if gpu else "cpu",
+                "threads": {"torch_intra_op": t.get_num_threads(), "torch_inter_op": t.get_num_interop_threads()},
+                "precision": {"float32_matmul_precision": t.get_float32_matmul_precision(),
+                              "cuda_matmul_allow_tf32": t.backends.cuda.matmul.allow_tf32,
+                              "cudnn_allow_tf32": t.backends.cudnn.allow_tf32}}
+
+    def peak_device_mb(self) -> float | None:
+        return self.torch.cuda.max_memory_allocated() / 2**20 if self.device.type == "cuda" else None
+
+    def gemm(self, n: int) -> float:
+        gen = self.torch.Generator().manual_seed(0)
+        a, b = (self.torch.randn(n, n, generator=gen).to(self.device) for _ in range(2))
+        return gemm_gflop_s(self.torch.matmul, a, b, lambda x: self.sync())
+
+    def compile_counters(self) -> dict:
+        """What Dynamo did: frames traced, graphs, graph breaks, and what it refused (each reason's first line)."""
+        from torch._dynamo.utils import counters
+        refused: Counter = Counter()
+        for reason, n in counters.get("unimplemented", {}).items():
+            refused[(reason.strip().splitlines() or ["?"])[0][:160]] += n
+        return {"frames_total": counters["frames"].get("total", 0), "frames_ok": counters["frames"].get("ok", 0),
+                "unique_graphs": counters["stats"].get("unique_graphs", 0),
+                "graph_breaks": sum(counters["graph_break"].values()), "unimplemented": dict(refused)}
+
+
+class JaxSide:
+    """``JaxTwin`` as ``jax_impl.train`` builds it (its jitted steps, placed on the run's device or mesh)."""
+
+    def __init__(self, threads: int):
+        from jax_impl import xla_env
+        self.xla_env = xla_env
+        xla_env.configure()  # XLA settings that must precede the backend's start
+        import jax
+        self.jax = jax
+
+    def build(self, cfg: Config, vocab_size: int, params, hooks: dict):
+        from jax_impl import model, step, train
+        step.resolve_dtype(cfg.dtype)
+        model.resolve_lstm_impl(cfg.lstm_impl, cfg.dtype)
+        self.device, self.step_module = step.resolve_device(cfg.device), step
+        self.jax.config.update("jax_default_device", self.device)  # as train() does for its run
+        twin = train.JaxTwin(cfg, vocab_size, self.device)
+        if hooks.get("unroll"):  # the reference scan, its loop unrolled
+            twin.model = twin.model.clone(unroll=hooks["unroll"])
+            twin.step, twin.evaluate = step.make_train_step(twin.model, cfg), step.make_eval_step(twin.model, cfg)
+        return twin, twin.init_state(params)
+
+    def compile(self, twin, state, kind: str, batch) -> tuple[float, float]:
+        """``(lower_s, lower + compile s)`` of the jitted step; its first call then reuses the executable."""
+        st, t0 = self.step_module, time.perf_counter()
+        lowered = (twin.step.lower(state, twin.init_carry(), st.batch_to_device(batch, twin.place.data), twin.key)
+                   if kind == "train" else
+                   twin.evaluate.lower(state.params, st.padded_eval_batch(batch, twin.cfg.batch_size, twin.place.data)))
+        lower_s = time.perf_counter() - t0
+        lowered.compile()
+        return lower_s, time.perf_counter() - t0
+
+    def sync(self) -> None:
+        pass  # every step driven here ends by reading a number from the device
+
+    def info(self) -> dict:
+        d = self.device
+        return {"device": "cuda" if d.platform == "gpu" else d.platform,
+                "device_name": d.device_kind if d.platform != "cpu" else "cpu", "xla_env": self.xla_env.record(),
+                "threads": {"xla_cpu_pool": len(os.sched_getaffinity(0)), "XLA_FLAGS": os.environ.get("XLA_FLAGS", "")},
+                "precision": {"jax_default_matmul_precision": str(self.jax.config.jax_default_matmul_precision),
+                              "jax_impl_precision": str(getattr(sys.modules["jax_impl.model"], "PRECISION", None))}}
+
+    def peak_device_mb(self) -> float | None:
+        stats = self.device.memory_stats() or {}
+        return stats["peak_bytes_in_use"] / 2**20 if "peak_bytes_in_use" in stats else None
+
+    def gemm(self, n: int) -> float:
+        import jax.numpy as jnp
+        a, b = (self.jax.device_put(self.jax.random.normal(k, (n, n), jnp.float32), self.device)
+                for k in self.jax.random.split(self.jax.random.PRNGKey(0)))
+        return gemm_gflop_s(self.jax.jit(jnp.matmul), a, b, self.jax.block_until_ready)
+
+
+class Bench:
+    """One variant of one twin: its batches, state and carry, driven step by step."""
+
+    def __init__(self, framework: str):
+        self.framework, self.side = framework, None
+
+    def setup(self, msg: dict) -> dict:
+        self.side = self.side or (TorchSide if self.framework == "torch" else JaxSide)(msg["threads"])
+        cfg, hooks = Config(**msg["config"]), msg["hooks"]
+        data, self.cfg = prepare_data(cfg), cfg
+        epochs = (enumerate(batches(data.train, cfg.batch_size, shuffle_seed=cfg.seed, epoch=epoch))
+                  for epoch in range(msg["n_train"]))  # consecutive epochs' shuffled batches, as many as the run takes
+        taken = list(itertools.islice(itertools.chain.from_iterable(epochs), msg["n_train"]))
+        self.train, self.new_epoch = [b for _, b in taken], [i == 0 for i, _ in taken]
+        full = [b for b in batches(data.val, cfg.batch_size) if b.size == cfg.batch_size]  # one shape to time
+        self.eval, self.vocab_size = full or self.train[:1], len(data.vocab)
+        self.params = init_params(self.vocab_size, cfg.embed_dim, cfg.hidden_dim, cfg.layers, seed=cfg.seed)
+        self.twin, self.state = self.side.build(cfg, self.vocab_size, self.params, hooks)
+        self.carry, self.index = None, {"train": 0, "eval": 0}
+        out = {"vocab_size": self.vocab_size, "info": self.side.info(), "phases": {},
+               "record": {k: v for k, v in self.twin.record.items() if isinstance(v, (str, int, float, bool))}}
+        for kind in msg["phases"]:  # inference first: its peak memory is read before training raises it
+            phase: dict = {}
+            if hasattr(self.side, "compile"):
+                phase["lower_s"], phase["compile_s"] = self.side.compile(
+                    self.twin, self.state, kind, (self.train if kind == "train" else self.eval)[0])
+            phase["first_step_s"] = self.steps(kind, 1)[0]
+            if hooks.get("compile_model"):
+                phase["compile_s"] = phase["first_step_s"]  # Dynamo and Inductor work inside the first call
+            self.steps(kind, msg["warmup"])
+            phase.update(peak_rss_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,  # KiB on Linux
+                         peak_device_mb=self.side.peak_device_mb())
+            out["phases"][kind] = phase
+        if hooks.get("compile_model"):
+            out["compile_info"] = self.side.compile_counters()
+        return out
+
+    def train_step(self, twin, state, carry, k: int):
+        """Training step ``k`` (of the run's batches), the carry reset to zeros where the trainers reset it."""
+        if carry is None or self.new_epoch[k] or self.cfg.carry == "reset":
+            carry = twin.init_carry()
+        return twin.train_step(state, carry, self.train[k])
+
+    def steps(self, kind: str, n: int) -> list[float]:
+        """Seconds of each of ``n`` steps (a GPU synchronised before the clock stops)."""
+        out = []
+        for _ in range(n):
+            start, i = time.perf_counter(), self.index[kind]
+            self.index[kind] += 1
+            if kind == "eval":
+                float(self.twin.eval_step(self.state, self.eval[i % len(self.eval)])[0])  # what evaluate() reads
+            else:
+                self.state, self.carry, _ = self.train_step(self.twin, self.state, self.carry, i % len(self.train))
+            self.side.sync()
+            out.append(time.perf_counter() - start)
+        return out
+
+    def parity(self, n: int) -> list[float]:
+        """Losses of ``n`` training steps from the shared weights with dropout 0, in a twin of their own."""
+        cfg = self.cfg.replace(dropout=0.0, fc_dropout=0.0)
+        (twin, state), carry, losses = self.side.build(cfg, self.vocab_size, self.params, {}), None, []
+        for k in range(n):
+            state, carry, loss = self.train_step(twin, state, carry, k)
+            losses.append(loss)
+        return losses
+
+    def handle(self, msg: dict) -> dict:
+        op, n = msg["op"], msg.get("n")
+        if op == "setup":
+            return self.setup(msg)
+        if op == "steps":
+            return {"step_s": self.steps(msg["kind"], n)}
+        if op == "parity":
+            return {"losses": self.parity(n)}
+        if op == "gemm":
+            a, b = (np.random.default_rng(i).standard_normal((n, n), dtype=np.float32) for i in (0, 1))
+            mine = {"gflop_s": self.side.gemm(n), "n": n, "device": self.side.info()["device"]}
+            return {"gemm": {self.framework: mine, "numpy": {"gflop_s": gemm_gflop_s(np.matmul, a, b), "n": n,
+                                                              "device": "cpu"}}}
+        return {}  # quit
+
+
+def main(framework: str) -> int:
+    if hasattr(os, "sched_setaffinity") and os.environ.get("BENCH_THREADS"):
+        # XLA sizes its CPU pool from the affinity: pin before JAX is imported.
+        os.sched_setaffinity(0, sorted(os.sched_getaffinity(0))[:int(os.environ["BENCH_THREADS"])])
+    bench, replies = Bench(framework), sys.stdout
+    sys.stdout = sys.stderr  # what libraries print must not mix with the replies
+    for line in sys.stdin:
+        msg = json.loads(line)
         try:
-            result["parity_losses"] = runner.parity_losses(cfg, wl, info, job["parity_steps"])
-        except Exception as err:
-            result["parity_error"] = f"{type(err).__name__}: {err}"
-    if job["gemm"]:
-        n = peak.gemm_size(info["device"], job["quick"])
-        gemm = {framework: {"gflop_s": runner.gemm_gflop_s(info, n, peak.GEMM_REPEATS), "n": n,
-                            "device": info["device"]}}
-        n_host = peak.gemm_size("cpu", job["quick"])
-        gemm["numpy"] = {"gflop_s": peak.numpy_gemm_gflop_s(n_host), "n": n_host, "device": "cpu"}
-        result["gemm"] = gemm
-    return result
-
-
-def main(argv: list[str]) -> int:
-    job_path, result_path = Path(argv[0]), Path(argv[1])
-    job = json.loads(job_path.read_text(encoding="utf-8"))
-    try:
-        result = run_job(job)
-    except UserError as err:
-        result = {"user_error": str(err)}
-    except ImportError as err:
-        result = {"error": f"ImportError: {err}"}
-    except Exception as err:
-        result = {"error": f"{type(err).__name__}: {err}", "traceback": traceback.format_exc()[-4000:]}
-    result_path.write_text(json.dumps(result), encoding="utf-8")
+            reply = bench.handle(msg)
+        except UserError as err:
+            reply = {"user_error": str(err)}
+        except Exception as err:  # a variant that fails is a result, not a crash
+            first = (str(err).strip().splitlines() or [""])[0]
+            reply = {"error": f"{type(err).__name__}: {first}", "traceback": traceback.format_exc()[-3000:]}
+        replies.write(REPLY_TAG + json.dumps(reply) + "\n")
+        replies.flush()
+        if msg["op"] == "quit":
+            break
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    sys.exit(main(sys.argv[1]))

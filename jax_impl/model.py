@@ -6,10 +6,11 @@ that trains.
 
 :class:`LSTMStack` is ``nn.LSTM(E, H, L)``: it declares the parameters under PyTorch's names and in its layout,
 draws the dropout masks between layers, and hands both to one of :data:`IMPLEMENTATIONS` (``--lstm-impl``):
-``fused`` (:mod:`jax_impl.recurrence`, hand-written gradients; the default for float32 and float64) or ``scan``
-(:func:`scan_stack`, Flax ``nn.RNN`` differentiated by JAX: the readable reference, and the bfloat16 path).
-Any checkpoint runs under any of them; a GPU implementation taking the same arguments joins the dict. Every
-matmul asks for full float32 (``Precision.HIGHEST``), so TF32 GPUs still agree with the CPU and PyTorch.
+``fused`` (:mod:`jax_impl.recurrence`, hand-written gradients; the default for float32 and float64), ``scan``
+(:func:`scan_stack`, Flax ``nn.RNN`` differentiated by JAX: the readable reference, and the bfloat16 path) or
+``cudnn`` (:mod:`jax_impl.cudnn`, cuDNN's fused LSTM, CUDA only). Any checkpoint runs under any of them. Every
+matmul runs at the model's ``precision``: ``Precision.HIGHEST`` (full float32, so TF32 GPUs still agree with the
+CPU and PyTorch) unless ``--allow-tf32`` makes it ``DEFAULT`` (TF32 where the GPU has it), in both twins.
 The carry is a tuple of L pairs ``(h, c)``, each (B, H), where PyTorch keeps two (L, B, H) stacks.
 """
 from typing import Any, Callable, Sequence
@@ -19,11 +20,11 @@ import jax
 import jax.numpy as jnp
 
 from common.errors import ConfigError
-from jax_impl.recurrence import LayerCarry, LayerWeights, embedding_lstm_stack
+from jax_impl.cudnn import cudnn_stack
+from jax_impl.recurrence import PRECISION, LayerCarry, LayerWeights, embedding_lstm_stack
 
 Array = jax.Array
 Carry = tuple[LayerCarry, ...]  # one (h, c) pair per layer, bottom first
-PRECISION = jax.lax.Precision.HIGHEST
 
 
 def init_carry(batch_size: int, layers: int, hidden_dim: int, dtype: Any = jnp.float32) -> Carry:
@@ -42,8 +43,13 @@ def compute_dtype(name: str) -> Any:
     return {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float64": jnp.float64}[name]
 
 
-def _dot(a: Array, b: Array) -> Array:
-    return jnp.matmul(a, b, precision=PRECISION)
+def matmul_precision(allow_tf32: bool) -> jax.lax.Precision:
+    """``--allow-tf32`` → the precision of every matmul: HIGHEST (full float32), or DEFAULT (TF32 on GPUs with it)."""
+    return jax.lax.Precision.DEFAULT if allow_tf32 else PRECISION
+
+
+def _dot(a: Array, b: Array, precision: jax.lax.Precision) -> Array:
+    return jnp.matmul(a, b, precision=precision)
 
 
 class TorchLSTMCell(nn.RNNCellBase):
@@ -54,11 +60,13 @@ class TorchLSTMCell(nn.RNNCellBase):
     w_hh_t: Array  # (H, 4H)
     b_hh: Array  # (4H,)
     dtype: Any = jnp.float32
+    precision: jax.lax.Precision = PRECISION
 
     @nn.compact
     def __call__(self, state: LayerCarry, gates_x: Array) -> tuple[LayerCarry, Array]:
         h, c = state
-        i, f, g, o = jnp.split(gates_x + (_dot(h.astype(self.dtype), self.w_hh_t) + self.b_hh), 4, axis=-1)
+        gates = gates_x + (_dot(h.astype(self.dtype), self.w_hh_t, self.precision) + self.b_hh)
+        i, f, g, o = jnp.split(gates, 4, axis=-1)
         c_new = (jax.nn.sigmoid(f) * c + jax.nn.sigmoid(i) * jnp.tanh(g)).astype(c.dtype)
         h_new = (jax.nn.sigmoid(o) * jnp.tanh(c_new)).astype(h.dtype)
         return (h_new, c_new), h_new
@@ -69,7 +77,8 @@ class TorchLSTMCell(nn.RNNCellBase):
 
 
 def scan_stack(table: Array, tokens: Array, weights: Sequence[LayerWeights], carry: Carry, lengths: Array | None,
-               masks: Sequence[Array] | None, *, dtype: Any, unroll: int = 1, embed_fold: bool = False) -> Carry:
+               masks: Sequence[Array] | None, *, dtype: Any, unroll: int = 1, embed_fold: bool = False,
+               precision: jax.lax.Precision = PRECISION) -> Carry:
     """The reference: ``nn.LSTM`` layer by layer, each a Flax ``nn.RNN`` of :class:`TorchLSTMCell`, in ``dtype``.
 
     table (V, E); tokens (T, B) int32, time-major; ``masks``: None or L-1 multipliers (T, B, H) of the inputs of
@@ -82,8 +91,8 @@ def scan_stack(table: Array, tokens: Array, weights: Sequence[LayerWeights], car
     for k, ((w_ih, w_hh, b_ih, b_hh), layer_carry) in enumerate(zip(weights, carry)):
         if k > 0 and masks is not None:
             xs = xs * masks[k - 1].astype(xs.dtype)
-        gates_x = _dot(xs.astype(dtype), w_ih.T.astype(dtype)) + b_ih.astype(dtype)  # all steps at once
-        cell = TorchLSTMCell(w_hh.T.astype(dtype), b_hh.astype(dtype), dtype)
+        gates_x = _dot(xs.astype(dtype), w_ih.T.astype(dtype), precision) + b_ih.astype(dtype)  # all steps at once
+        cell = TorchLSTMCell(w_hh.T.astype(dtype), b_hh.astype(dtype), dtype, precision)
         final, xs = nn.RNN(cell, time_major=True, return_carry=True, unroll=unroll)(
             gates_x, initial_carry=layer_carry, seq_lengths=lengths)
         finals.append(final)
@@ -91,19 +100,22 @@ def scan_stack(table: Array, tokens: Array, weights: Sequence[LayerWeights], car
 
 
 def fused_stack(table: Array, tokens: Array, weights: Sequence[LayerWeights], carry: Carry, lengths: Array | None,
-                masks: Sequence[Array] | None, *, dtype: Any, unroll: int = 1, embed_fold: bool = True) -> Carry:
+                masks: Sequence[Array] | None, *, dtype: Any, unroll: int = 1, embed_fold: bool = True,
+                precision: jax.lax.Precision = PRECISION) -> Carry:
     """The fast stack of :mod:`jax_impl.recurrence`, in the parameters' dtype (float32 or float64); ``unroll`` is
     the scan's."""
-    return embedding_lstm_stack(table, tokens, weights, carry, lengths, masks, embed_fold=embed_fold)
+    return embedding_lstm_stack(table, tokens, weights, carry, lengths, masks, embed_fold=embed_fold,
+                                precision=precision)
 
 
-# (table, tokens (T, B), weights, carry, lengths, masks, *, dtype, unroll, embed_fold) → the L final carries
+# (table, tokens (T, B), weights, carry, lengths, masks, *, dtype, unroll, embed_fold, precision) → L final carries
 Implementation = Callable[..., Carry]
-IMPLEMENTATIONS: dict[str, Implementation] = {"fused": fused_stack, "scan": scan_stack}
+IMPLEMENTATIONS: dict[str, Implementation] = {"fused": fused_stack, "scan": scan_stack, "cudnn": cudnn_stack}
 
 
-def resolve_lstm_impl(name: str, dtype: str) -> str:
-    """``--lstm-impl`` → the implementation that runs: auto is fused, and scan under bfloat16."""
+def resolve_lstm_impl(name: str, dtype: str, platform: str | None = None) -> str:
+    """``--lstm-impl`` → the implementation that runs: auto is fused, and scan under bfloat16. ``platform``: the
+    run's JAX platform (default: JAX's default backend's), which cudnn needs to be a CUDA GPU."""
     if name == "auto":
         return "scan" if dtype == "bfloat16" else "fused"
     if name not in IMPLEMENTATIONS:
@@ -111,6 +123,12 @@ def resolve_lstm_impl(name: str, dtype: str) -> str:
     if name == "fused" and dtype == "bfloat16":
         raise ConfigError("--lstm-impl fused does not implement bfloat16's mixed precision (float32 parameters "
                           "and carry); use --lstm-impl scan or auto")
+    if name == "cudnn":
+        platform = platform or jax.default_backend()
+        if platform not in ("gpu", "cuda"):
+            raise ConfigError(f"cudnn LSTM needs a CUDA GPU; this backend is {platform}")
+        if dtype != "float32":
+            raise ConfigError(f"--lstm-impl cudnn computes float32 only, not {dtype}; use --lstm-impl auto")
     return name
 
 
@@ -130,6 +148,7 @@ class LSTMStack(nn.Module):
     dtype: Any = jnp.float32
     unroll: int = 1  # scan only: time steps per loop iteration (speed, not numbers)
     embed_fold: bool = True  # fused only: project the table, then gather (when V < T·B)
+    precision: jax.lax.Precision = PRECISION  # of every matmul (see matmul_precision)
 
     @nn.compact
     def __call__(self, table: Array, tokens: Array, carry: Carry, lengths: Array | None = None,
@@ -152,7 +171,7 @@ class LSTMStack(nn.Module):
             masks = [jax.random.bernoulli(key, keep, shape).astype(pdtype) / keep for key in keys]
         run = IMPLEMENTATIONS[self.impl]
         return run(table, tokens.T, weights, carry, lengths, masks, dtype=self.dtype, unroll=self.unroll,
-                   embed_fold=self.embed_fold)
+                   embed_fold=self.embed_fold, precision=self.precision)
 
 
 class SentimentRNN(nn.Module):
@@ -175,6 +194,7 @@ class SentimentRNN(nn.Module):
     lstm_impl: str = "fused"  # resolved: a key of IMPLEMENTATIONS
     unroll: int = 1
     embed_fold: bool = True
+    precision: jax.lax.Precision = PRECISION
 
     @nn.compact
     def __call__(self, tokens: Array, carry: Carry, lengths: Array | None = None, train: bool = False
@@ -185,18 +205,19 @@ class SentimentRNN(nn.Module):
         embedding = nn.Embed(self.vocab_size, self.embed_dim, dtype=self.dtype, param_dtype=pdtype,
                              embedding_init=nn.initializers.normal(1.0), name="embedding")
         lstm = LSTMStack(self.hidden_dim, self.layers, self.dropout, self.lstm_impl, self.dtype, self.unroll,
-                         self.embed_fold, name="lstm")
+                         self.embed_fold, self.precision, name="lstm")
         new_carry = lstm(embedding.embedding, tokens, carry, lengths, train)
         top_h = new_carry[-1][0]  # (B, H): the last step's output, or each text's last token with lengths
         top_h = nn.Dropout(self.fc_dropout, deterministic=not train)(top_h)
-        logits = nn.Dense(1, dtype=self.dtype, param_dtype=pdtype, precision=PRECISION, name="fc")(top_h)
+        logits = nn.Dense(1, dtype=self.dtype, param_dtype=pdtype, precision=self.precision, name="fc")(top_h)
         return logits[:, 0].astype(pdtype), new_carry
 
 
-def model_from_config(cfg, vocab_size: int) -> SentimentRNN:
+def model_from_config(cfg, vocab_size: int, platform: str | None = None) -> SentimentRNN:
     """The model a :class:`common.config.Config` describes: compute dtype ``cfg.dtype``, LSTM implementation
-    ``resolve_lstm_impl(cfg.lstm_impl, cfg.dtype)``."""
+    ``resolve_lstm_impl(cfg.lstm_impl, cfg.dtype, platform)``, matmul precision from ``cfg.allow_tf32``."""
     return SentimentRNN(vocab_size=vocab_size, embed_dim=cfg.embed_dim, hidden_dim=cfg.hidden_dim,
                         layers=cfg.layers, dropout=cfg.dropout, fc_dropout=cfg.fc_dropout,
-                        dtype=compute_dtype(cfg.dtype), lstm_impl=resolve_lstm_impl(cfg.lstm_impl, cfg.dtype),
-                        embed_fold=cfg.embed_fold)
+                        dtype=compute_dtype(cfg.dtype), embed_fold=cfg.embed_fold,
+                        lstm_impl=resolve_lstm_impl(cfg.lstm_impl, cfg.dtype, platform),
+                        precision=matmul_precision(cfg.allow_tf32))

@@ -7,6 +7,7 @@ import numpy as np
 
 from common.checkpoint import Checkpoint
 from common.predict import encode_for, predict_main
+from jax_impl import xla_env
 from jax_impl.convert import to_flax
 from jax_impl.loss import sigmoid
 from jax_impl.model import model_from_config
@@ -22,7 +23,12 @@ def predict_probs(ckpt: Checkpoint, texts: Sequence[str], device: jax.Device | N
     return np.asarray(sigmoid(logits), dtype=np.float64)
 
 
-main = predict_main("python -m jax_impl.predict", resolve_device, predict_probs)
+def _resolve_device(name: str) -> jax.Device:
+    xla_env.configure()  # before the first backend starts (resolve_device starts it)
+    return resolve_device(name)
+
+
+main = predict_main("python -m jax_impl.predict", _resolve_device, predict_probs)
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -5,11 +5,13 @@ What is computed is exactly ``torch.nn.LSTM`` (gate order i, f, g, o; two biases
     gates_t = x_t W_ih^T + b_ih + h_{t-1} W_hh^T + b_hh
     c_t = f * c_{t-1} + i * g,   h_t = o * tanh(c_t)
 
-in the inputs' dtype with every matmul at ``Precision.HIGHEST``; gradients are those of that function. The entry
+in the inputs' dtype with every matmul at ``precision`` (``Precision.HIGHEST`` unless TF32 is allowed, then
+``DEFAULT``); gradients are those of that function. The entry
 point is :func:`embedding_lstm_stack` (time-major). Masked variable-length mode (``lengths``): from step
 ``lengths[b]`` on, row b's carry stops changing (``pack_padded_sequence``), so the final carry is each row's
 state at its last token. How it is built and why it is fast: ``benchmarks/PERFORMANCE.md``.
 """
+from functools import partial
 from typing import Sequence
 
 import jax
@@ -19,27 +21,27 @@ from jax import lax
 Array = jax.Array
 LayerCarry = tuple[Array, Array]  # (h, c), each (B, H)
 LayerWeights = tuple[Array, Array, Array, Array]  # (w_ih (4H, D), w_hh (4H, H), b_ih (4H,), b_hh (4H,))
-PRECISION = lax.Precision.HIGHEST
+PRECISION = lax.Precision.HIGHEST  # the default: full float32, as PyTorch with TF32 off
 UNROLL = 2  # time steps per loop iteration (why 2: benchmarks/PERFORMANCE.md)
 
 
 # --- Shared pieces: one cell step forward and backward on a (B, 4H) gate block, loop buffers ---------------------
 
-def _dot(a: Array, b: Array) -> Array:
-    """(..., K) @ (K, N) at full precision."""
-    return jnp.matmul(a, b, precision=PRECISION)
+def _dot(a: Array, b: Array, precision: lax.Precision) -> Array:
+    """(..., K) @ (K, N) at ``precision``."""
+    return jnp.matmul(a, b, precision=precision)
 
 
-def _project(x: Array, w_ih: Array, b_ih: Array, b_hh: Array) -> Array:
+def _project(x: Array, w_ih: Array, b_ih: Array, b_hh: Array, precision: lax.Precision) -> Array:
     """Every step's input projection at once: x (T, B, D) → x W_ih^T + b_ih + b_hh (T, B, 4H), as a 2-D
     (T·B, D) matmul, whose gradients XLA:CPU runs without transposed copies of the operands."""
     steps, batch, _ = x.shape
-    return (_dot(x.reshape(steps * batch, -1), w_ih.T) + (b_ih + b_hh)).reshape(steps, batch, -1)
+    return (_dot(x.reshape(steps * batch, -1), w_ih.T, precision) + (b_ih + b_hh)).reshape(steps, batch, -1)
 
 
-def _weight_grad(dz: Array, inputs: Array) -> Array:
+def _weight_grad(dz: Array, inputs: Array, precision: lax.Precision) -> Array:
     """Σ_t dz_t^T inputs_t as one 2-D matmul (as in ``_project``): dz (T, B, 4H), inputs (T, B, D) → (4H, D)."""
-    return _dot(dz.reshape(-1, dz.shape[-1]).T, inputs.reshape(-1, inputs.shape[-1]))
+    return _dot(dz.reshape(-1, dz.shape[-1]).T, inputs.reshape(-1, inputs.shape[-1]), precision)
 
 
 def _is_g_column(shape: tuple[int, ...]) -> Array:
@@ -125,7 +127,7 @@ def _c_before(c_rows: Array, c_init: Array, k: Array) -> Array:
 
 # --- One layer's recurrence, given its input projection (the layer-by-layer path) -------------------------------
 
-def _recurrence_forward(gates_x, w_hh, h0, c0, mask):
+def _recurrence_forward(gates_x, w_hh, h0, c0, mask, precision):
     """gates_x (T, B, 4H) with both biases → ((outputs (T, B, H), (h_T, c_T)), residuals)."""
     w_hh_t = w_hh.T  # (H, 4H)
     steps, hidden = gates_x.shape[0], w_hh.shape[1]
@@ -134,7 +136,7 @@ def _recurrence_forward(gates_x, w_hh, h0, c0, mask):
     def step(carry, inputs):
         gates, buffers, h, c = carry
         k, m = inputs
-        a, (h_new, c_new) = _cell(_row(gates, k) + _dot(h, w_hh_t), h, c, m)
+        a, (h_new, c_new) = _cell(_row(gates, k) + _dot(h, w_hh_t, precision), h, c, m)
         gates = lax.dynamic_update_index_in_dim(gates, a, k, 0)  # the activations replace the projection in place
         return (gates, _put(buffers, k, (_keep_where(m, h_new, 0), h, c_new)), h_new, c_new), None
 
@@ -143,7 +145,7 @@ def _recurrence_forward(gates_x, w_hh, h0, c0, mask):
     return (ys, (h_t, c_t)), (w_hh, c0, a, h_prev, c_rows, mask)
 
 
-def _recurrence_backward(residuals, cotangents):
+def _recurrence_backward(precision, residuals, cotangents):
     w_hh, c0, a, h_prev, c_rows, mask = residuals
     d_ys, (dh, dc) = cotangents
 
@@ -152,15 +154,16 @@ def _recurrence_backward(residuals, cotangents):
         k, dy, m = inputs
         dh_in = dh + _keep_where(m, dy, 0)
         dz, dc_prev = _cell_backward(*_gate_rows(a, k), _c_before(c_rows, c0, k), _row(c_rows, k), dh_in, dc, m)
-        return (_keep_where(m, _dot(dz, w_hh), dh_in), dc_prev), dz  # the one matmul per step: (B, 4H)·(4H, H)
+        # The one matmul per step: (B, 4H)·(4H, H).
+        return (_keep_where(m, _dot(dz, w_hh, precision), dh_in), dc_prev), dz
 
     (dh0, dc0), dz = lax.scan(step, (dh, dc), (jnp.arange(a.shape[0]), d_ys, mask), reverse=True, unroll=UNROLL)
-    return dz, _weight_grad(dz, h_prev), dh0, dc0, None
+    return dz, _weight_grad(dz, h_prev, precision), dh0, dc0, None
 
 
-@jax.custom_vjp
-def _recurrence(gates_x, w_hh, h0, c0, mask):
-    return _recurrence_forward(gates_x, w_hh, h0, c0, mask)[0]
+@partial(jax.custom_vjp, nondiff_argnums=(5,))
+def _recurrence(gates_x, w_hh, h0, c0, mask, precision):
+    return _recurrence_forward(gates_x, w_hh, h0, c0, mask, precision)[0]
 
 
 _recurrence.defvjp(_recurrence_forward, _recurrence_backward)
@@ -177,7 +180,7 @@ def _source_rows(source, k: Array | None = None) -> Array:
     return source if k is None else _row(source, k)
 
 
-def _wave_forward(source, w_hh0, p1, carry0, carry1, mask, drop, keep_residuals=True):
+def _wave_forward(source, w_hh0, p1, carry0, carry1, mask, drop, precision, keep_residuals=True):
     """Two stacked layers → (((h0_T, c0_T), (h1_T, c1_T)), residuals). ``source``: layer 0's input projection,
     both biases included (see ``_source_rows``); ``p1`` layer 1's (w_ih, w_hh, b_ih, b_hh); ``mask`` (T, B, 1)
     bool or None; ``drop`` layer 1's input multiplier, (T, B, H)-broadcastable, or None. Step k's two matmuls
@@ -205,8 +208,8 @@ def _wave_forward(source, w_hh0, p1, carry0, carry1, mask, drop, keep_residuals=
         k, m0, m1 = inputs
         v = jnp.concatenate([_dropped(h0, drop, jnp.maximum(k - 1, 0)), h1], axis=-1)  # (B, 2H)
         x0 = _row(gates0, k) if keep_residuals else _source_rows(source, k)
-        a0, new0 = _cell(x0 + _dot(h0, w0), h0, c0, m0)
-        a1, new1 = _cell(_dot(v, w1) + b1, h1, c1, (k > 0) if m1 is None else m1)
+        a0, new0 = _cell(x0 + _dot(h0, w0, precision), h0, c0, m0)
+        a1, new1 = _cell(_dot(v, w1, precision) + b1, h1, c1, (k > 0) if m1 is None else m1)
         if keep_residuals:
             gates0 = lax.dynamic_update_index_in_dim(gates0, a0, k, 0)  # activations replace the projection
             buffers = _put(buffers, k, (a1, h0, new0[1], v, new1[1]))
@@ -215,14 +218,14 @@ def _wave_forward(source, w_hh0, p1, carry0, carry1, mask, drop, keep_residuals=
     (a0, buffers, final0, (h1, c1)), _ = lax.scan(
         step, (gates0, buffers, carry0, carry1), (jnp.arange(steps), mask, prev_mask), unroll=UNROLL)
     v_last = jnp.concatenate([_dropped(final0[0], drop, steps - 1), h1], axis=-1)  # layer 1 at time T-1
-    a1_last, final1 = _cell(_dot(v_last, w1) + b1, h1, c1, _row(mask, steps - 1))
+    a1_last, final1 = _cell(_dot(v_last, w1, precision) + b1, h1, c1, _row(mask, steps - 1))
     if not keep_residuals:
         return (final0, final1), None
     return (final0, final1), (w_hh0, p1, carry0[1], a0, *buffers, a1_last, v_last, c1, final1[1], mask, prev_mask,
                               drop, source if isinstance(source, tuple) else None)
 
 
-def _wave_backward(residuals, cotangents):
+def _wave_backward(precision, residuals, cotangents):
     (w_hh0, (w_ih1, w_hh1, _, _), c0_init, a0, a1, h0_prev, c0_rows, v, c1_rows, a1_last, v_last, c1_before_last,
      c1_last, mask, prev_mask, drop, table) = residuals
     (dh0, dc0), (dh1, dc1) = cotangents
@@ -232,7 +235,7 @@ def _wave_backward(residuals, cotangents):
     # Layer 1 at time T-1 (the forward's last, peeled step).
     m_last = _row(mask, steps - 1)
     dz1_last, dc1 = _cell_backward(a1_last, _split_gates(a1_last), c1_before_last, c1_last, dh1, dc1, m_last)
-    du, dh1_prev = jnp.split(_dot(dz1_last, w1_back), 2, axis=-1)
+    du, dh1_prev = jnp.split(_dot(dz1_last, w1_back, precision), 2, axis=-1)
     dh0, dh1 = dh0 + _dropped(du, drop, steps - 1), _keep_where(m_last, dh1_prev, dh1)
 
     def step(carry, inputs):
@@ -245,8 +248,8 @@ def _wave_backward(residuals, cotangents):
         layer1_ran = (k > 0) if m1 is None else m1
         dz1, dc1 = _cell_backward(*_gate_rows(a1, k), _row(c1_rows, before), _row(c1_rows, k), dh1, dc1,
                                   layer1_ran)
-        du, dh1_prev = jnp.split(_dot(dz1, w1_back), 2, axis=-1)
-        dh0 = _keep_where(m0, _dot(dz0, w_hh0), dh0) + _dropped(du, drop, before)
+        du, dh1_prev = jnp.split(_dot(dz1, w1_back, precision), 2, axis=-1)
+        dh0 = _keep_where(m0, _dot(dz0, w_hh0, precision), dh0) + _dropped(du, drop, before)
         return (_put(grads, k, (dz0, dz1)), dh0, dc0, jnp.where(layer1_ran, dh1_prev, dh1), dc1), None
 
     # Fresh buffers rather than overwriting a0 / a1 in place: in place, XLA copies the whole buffer every step,
@@ -255,17 +258,17 @@ def _wave_backward(residuals, cotangents):
     ((dz0, dz1), dh0, dc0, dh1, dc1), _ = lax.scan(
         step, (grads, dh0, dc0, dh1, dc1), (jnp.arange(steps), mask, prev_mask), reverse=True, unroll=UNROLL)
     # Layer 1: rows hold times -1..T-2 (row 0 is zero), plus the peeled last step.
-    d_w1 = _weight_grad(dz1, v) + _dot(dz1_last.T, v_last)  # (4H, 2H) = [dW_ih1 | dW_hh1]
+    d_w1 = _weight_grad(dz1, v, precision) + _dot(dz1_last.T, v_last, precision)  # (4H, 2H) = [dW_ih1 | dW_hh1]
     d_b1 = dz1.sum(axis=(0, 1)) + dz1_last.sum(axis=0)
     d_p1 = (*jnp.split(d_w1, 2, axis=-1), d_b1, d_b1)
     # On the table path the gradient of a gather: every time-step row adds into its token's row.
     d_source = dz0 if table is None else (jnp.zeros_like(table[0]).at[table[1]].add(dz0), None)
-    return d_source, _weight_grad(dz0, h0_prev), d_p1, (dh0, dc0), (dh1, dc1), None, None
+    return d_source, _weight_grad(dz0, h0_prev, precision), d_p1, (dh0, dc0), (dh1, dc1), None, None
 
 
-@jax.custom_vjp
-def _wave(source, w_hh0, p1, carry0, carry1, mask, drop):
-    return _wave_forward(source, w_hh0, p1, carry0, carry1, mask, drop, keep_residuals=False)[0]
+@partial(jax.custom_vjp, nondiff_argnums=(7,))
+def _wave(source, w_hh0, p1, carry0, carry1, mask, drop, precision):
+    return _wave_forward(source, w_hh0, p1, carry0, carry1, mask, drop, precision, keep_residuals=False)[0]
 
 
 _wave.defvjp(_wave_forward, _wave_backward)
@@ -276,7 +279,8 @@ _wave.defvjp(_wave_forward, _wave_backward)
 def embedding_lstm_stack(table: Array, tokens: Array, layer_params: Sequence[LayerWeights],
                          carries: Sequence[LayerCarry], lengths: Array | None = None,
                          dropout_masks: Sequence[Array] | None = None, *,
-                         wavefront: bool = True, embed_fold: bool = True) -> tuple[LayerCarry, ...]:
+                         wavefront: bool = True, embed_fold: bool = True,
+                         precision: lax.Precision = PRECISION) -> tuple[LayerCarry, ...]:
     """``nn.LSTM(num_layers=L)`` over the embedded tokens ``table[tokens]``, time-major → each layer's final
     carry (h_T, c_T), each (B, H).
 
@@ -287,7 +291,8 @@ def embedding_lstm_stack(table: Array, tokens: Array, layer_params: Sequence[Lay
     1/(1-p) (drawn by the caller, so this function is deterministic; no gradient flows to them). Two layers run
     as one wavefront loop, other depths (and any depth with ``wavefront=False``) layer by layer. With
     ``embed_fold`` and V < T·B, layer 0's input projection is ``(table W_ih^T)[tokens]``: fewer multiply-adds,
-    the same sums associated differently; otherwise it is ``table[tokens] W_ih^T``, as in ``nn.LSTM``.
+    the same sums associated differently; otherwise it is ``table[tokens] W_ih^T``, as in ``nn.LSTM``. Every
+    matmul, forward and backward, runs at ``precision``.
     """
     if dropout_masks is not None:
         if len(dropout_masks) != len(layer_params) - 1:
@@ -295,20 +300,20 @@ def embedding_lstm_stack(table: Array, tokens: Array, layer_params: Sequence[Lay
         dropout_masks = [lax.stop_gradient(m) for m in dropout_masks]  # constants: no gradient flows to them
     w_ih0, _, b_ih0, b_hh0 = layer_params[0]
     if embed_fold and table.shape[0] < tokens.size:
-        source = (_dot(table, w_ih0.T) + (b_ih0 + b_hh0), tokens)  # gathered inside, row by row if it can
+        source = (_dot(table, w_ih0.T, precision) + (b_ih0 + b_hh0), tokens)  # gathered inside, row by row if it can
     else:
-        source = _project(jnp.take(table, tokens, axis=0), w_ih0, b_ih0, b_hh0)
+        source = _project(jnp.take(table, tokens, axis=0), w_ih0, b_ih0, b_hh0, precision)
     # Step t of row b is real iff t < lengths[b]: (T, B, 1).
     mask = None if lengths is None else (jnp.arange(tokens.shape[0])[:, None] < lengths[None, :])[:, :, None]
     if wavefront and len(layer_params) == 2:
         return _wave(source, layer_params[0][1], tuple(layer_params[1]), tuple(carries[0]), tuple(carries[1]),
-                     mask, None if dropout_masks is None else dropout_masks[0])
+                     mask, None if dropout_masks is None else dropout_masks[0], precision)
     gates = _source_rows(source)
     finals = []
     for k, (params, (h0, c0)) in enumerate(zip(layer_params, carries)):
         if k > 0:  # the previous layer's outputs are this layer's input
             x = x if dropout_masks is None else x * dropout_masks[k - 1].astype(x.dtype)
-            gates = _project(x, params[0], params[2], params[3])
-        x, final = _recurrence(gates, params[1], h0, c0, mask)
+            gates = _project(x, params[0], params[2], params[3], precision)
+        x, final = _recurrence(gates, params[1], h0, c0, mask, precision)
         finals.append(final)
     return tuple(finals)

@@ -1,4 +1,4 @@
-"""Train the sentiment LSTM with JAX/Flax: ``python -m jax_impl.train [--lstm-impl auto|fused|scan] ...``.
+"""Train the sentiment LSTM with JAX/Flax: ``python -m jax_impl.train [--lstm-impl auto|fused|scan|cudnn] ...``.
 
 The loop is ``common.loop.train``, the same program as ``torch_impl.train`` (flags, data order, carry modes,
 log line, metrics JSONL, neutral and training checkpoints). :class:`JaxTwin` is the JAX side of it, a few
@@ -18,6 +18,7 @@ from common.config import Config, parse_config
 from common.errors import ConfigError, cli_main
 from common.params import Params
 from common.runstate import Progress
+from jax_impl import xla_env
 from jax_impl.convert import from_flax, to_flax
 from jax_impl.distributed import from_main_process, initialize_from_environment, is_main_process, placement, put_key
 from jax_impl.model import model_from_config, param_dtype_for, resolve_lstm_impl
@@ -35,14 +36,15 @@ class JaxTwin:
     def __init__(self, cfg: Config, vocab_size: int, device: jax.Device):
         if not cfg.flush_denormal and device.platform == "cpu":
             raise ConfigError("--no-flush-denormal is PyTorch's: XLA always flushes denormals to zero on the CPU")
-        self.cfg, self.model = cfg, model_from_config(cfg, vocab_size)
+        self.cfg, self.model = cfg, model_from_config(cfg, vocab_size, device.platform)
         self.place = placement(cfg, device)  # on one device both placements are `device` itself
         self.is_main = is_main_process()
         self.key = put_key(jax.random.key(cfg.seed), self.place.replicated)  # dropout: fold_in(key, step)
         self.step, self.evaluate = make_train_step(self.model, cfg), make_eval_step(self.model, cfg)
         self.record = {"framework": "jax", "jax": jax.__version__, "device": self.place.describe(),
                        "devices": self.place.devices, "dtype": cfg.dtype, "lstm_impl": self.model.lstm_impl,
-                       "flush_denormal": device.platform == "cpu", "allow_tf32": cfg.allow_tf32}
+                       "flush_denormal": device.platform == "cpu", "allow_tf32": cfg.allow_tf32,
+                       "matmul_precision": self.model.precision.name.lower(), **xla_env.record()}
 
     def init_state(self, params: Params) -> TrainState:
         return create_train_state(self.model, self.cfg, params, self.place.replicated)
@@ -78,8 +80,8 @@ class JaxTwin:
 def train(cfg: Config) -> dict[str, Any]:
     """The full run (see ``common.loop.train`` for the result's keys)."""
     resolve_dtype(cfg.dtype)
-    resolve_lstm_impl(cfg.lstm_impl, cfg.dtype)  # a bad choice fails before the data is read
     device = resolve_device(cfg.device)
+    resolve_lstm_impl(cfg.lstm_impl, cfg.dtype, device.platform)  # a bad choice fails before the data is read
     with jax.default_device(device):
         return loop.train(cfg, lambda cfg, vocab_size: JaxTwin(cfg, vocab_size, device))
 
@@ -87,6 +89,7 @@ def train(cfg: Config) -> dict[str, Any]:
 @cli_main
 def main(argv: Sequence[str] | None = None) -> int:
     cfg = parse_config(argv, PROG, "Train the LSTM sentiment classifier with JAX/Flax.")
+    xla_env.configure()  # XLA_FLAGS: read once, when the first backend starts
     initialize_from_environment()  # several hosts (JAX_COORDINATOR_ADDRESS set): before any device is touched
     train(cfg)
     return 0

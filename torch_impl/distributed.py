@@ -5,9 +5,14 @@ their hidden state. Its loss is the mean over its b rows and DDP averages the gr
 (1/N) Σ_r (1/b) Σ_{i∈r} ∇ℓ_i = (1/B) Σ_i ∇ℓ_i, so clipping (after the all-reduce) sees the global gradient:
 results equal one process's up to the order of float sums, with dropout 0 (each rank draws its own masks).
 Evaluation sums are all-reduced; rank 0 writes.
+
+A failing rank ends the run: torchrun stops the others when one exits, and a collective that a rank never
+joins fails after :data:`TIMEOUT_S` (not PyTorch's 30 minutes). The step's loss is the mean over ranks, so a NaN
+on one rank is a NaN on all of them, and every rank stops at the same step with the same line.
 """
 import os
 from dataclasses import dataclass
+from datetime import timedelta
 
 import numpy as np
 import torch
@@ -18,6 +23,9 @@ from common.batches import Batch
 from common.config import Config
 from common.errors import ConfigError
 from torch_impl.model import Hidden
+
+# Longer than any wait between two collectives (rank 0 alone writing a checkpoint), far shorter than 30 minutes.
+TIMEOUT_S = float(os.environ.get("LSTM_TWINS_DDP_TIMEOUT", "60"))
 
 
 @dataclass(frozen=True)
@@ -91,9 +99,14 @@ def check_config(cfg: Config, world: World | None) -> None:
 def join_process_group(world: World, device: torch.device) -> torch.device:
     """Join torchrun's process group (NCCL on CUDA, else gloo); this rank's device (``cuda:LOCAL_RANK`` on GPUs)."""
     if device.type == "cuda":
+        if world.local_rank >= torch.cuda.device_count():
+            raise ConfigError(f"rank {world.rank}: LOCAL_RANK {world.local_rank} needs GPU {world.local_rank}, but "
+                              f"PyTorch sees {torch.cuda.device_count()} here; pass a --nproc_per_node of at most "
+                              f"{torch.cuda.device_count()}, or --device cpu")
         device = torch.device("cuda", world.local_rank)
         torch.cuda.set_device(device)
-    dist.init_process_group("nccl" if device.type == "cuda" else "gloo", rank=world.rank, world_size=world.size)
+    dist.init_process_group("nccl" if device.type == "cuda" else "gloo", rank=world.rank, world_size=world.size,
+                            timeout=timedelta(seconds=TIMEOUT_S))
     return device
 
 

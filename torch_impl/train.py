@@ -77,6 +77,7 @@ class TorchTwin:
             if not self.cfg.detach and carry[0].grad_fn is not None:  # it reaches into the previous batch's graph
                 raise ConfigError(no_detach_message(err)) from None
             raise
+        # Under DDP the mean over ranks: a NaN on one rank is a NaN on all, so every rank stops at this step.
         return state, carry, (loss if self.world is None else self.world.mean(loss)).item()
 
     def eval_step(self, state: TrainState, batch: Batch) -> tuple[Any, Any]:

@@ -5,10 +5,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-from benchmarks import env
+from benchmarks import bench
 
 REPO = Path(__file__).resolve().parents[2]
-BOTH = not env.missing_modules("torch") and not env.missing_modules("jax")  # both twins installed
+BOTH = not bench.missing_modules("torch") and not bench.missing_modules("jax")  # both twins installed
 
 
 def run_bench(*args: str, timeout: float) -> subprocess.CompletedProcess:

@@ -1,9 +1,9 @@
-"""The command line: bad flags fail in one line with status 2; --quick runs end to end in a subprocess."""
+"""The command line: bad flags fail in one line with status 2; --quick runs end to end in a subprocess; compare."""
 import json
 
 import pytest
 
-from benchmarks import bench, env
+from benchmarks import bench
 from benchmarks.tests.command import BOTH, run_bench
 
 
@@ -12,7 +12,8 @@ from benchmarks.tests.command import BOTH, run_bench
     (["--sweep", "batch_size=0"], "--batch-size must be > 0"),
     (["--frameworks", "foo"], "unknown framework 'foo'"),
     (["--variants", "torch:fast"], "unknown variant 'torch:fast'"),
-    (["--steps", "5"], "--steps must be >= 20"),
+    (["--rounds", "3"], "--rounds must be >= 5"),
+    (["--steps", "0"], "--steps must be >= 1"),
     (["--hidden-dim", "0"], "--hidden-dim must be > 0"),
     (["--device", "tpu"], "cpu or gpu"),
     (["--threads", "0"], "--threads must be between 1"),
@@ -33,7 +34,8 @@ def test_bad_flag_exit_status_from_the_real_command_line():
 
 
 RESULT_KEYS = {"framework", "variant", "step", "config", "compile_s", "first_step_s", "step_s", "samples_per_s",
-               "tokens_per_s", "peak_mem_mb", "gflop_per_step", "achieved_gflop_s", "utilisation", "status"}
+               "tokens_per_s", "peak_mem_mb", "gflop_per_step", "achieved_gflop_s", "utilisation", "status",
+               "model_gflop_per_step", "executed_gflop_per_step", "flush_denormal", "rounds", "round_s"}
 
 
 @pytest.mark.slow
@@ -41,12 +43,14 @@ def test_quick_run_writes_the_table_results_json_markdown_and_charts(tmp_path):
     out = tmp_path / "bench"
     proc = run_bench("--quick", "--no-progress", "--out", str(out), timeout=170)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    header = next(line for line in proc.stdout.splitlines() if line.startswith("framework"))
-    assert header.split()[:3] == ["framework", "variant", "step"] and "parity over 5 training steps" in proc.stdout
+    header = next(line for line in proc.stdout.splitlines() if line.startswith("variant"))
+    assert header.split()[:3] == ["variant", "step", "flush"] and "parity over 5 training steps" in proc.stdout
+    assert "jax:cudnn: skipped: cudnn LSTM needs a CUDA GPU; this backend is cpu" in proc.stdout
 
     doc = json.loads((out / "results.json").read_text(encoding="utf-8"))
     assert {"environment", "gemm_peak_gflop_s", "parity", "results", "settings", "base_config"} <= doc.keys()
-    assert {"date", "cpu_model", "python", "versions"} <= doc["environment"].keys()
+    assert {"date", "cpu_model", "python", "versions", "xla_env"} <= doc["environment"].keys()
+    assert doc["environment"]["xla_env"]["xla_scatter_workaround"] is False  # a CPU host: no GPU workaround
     assert doc["gemm_peak_gflop_s"] > 0
     rows = doc["results"]
     assert rows and all(RESULT_KEYS <= r.keys() for r in rows)
@@ -59,6 +63,16 @@ def test_quick_run_writes_the_table_results_json_markdown_and_charts(tmp_path):
         assert r["peak_mem_mb"] > 0 and 0 < r["utilisation"] < 1.5
         # The LSTM implementation that ran: the JAX default at float32 is the fused one.
         assert r["lstm_impl"] == {"torch": "nn.LSTM", "jax": "fused"}[r["framework"]]
+        assert r["flush_denormal"] is True and r["rounds"] == 5 and len(r["round_s"]) == 5
+    defaults = [r for r in rows if r["variant"] == "eager-defaults"]
+    assert [r["flush_denormal"] for r in defaults] == [False, False] and defaults[0]["steps_per_round"] == 1
+    nofold = next(r for r in rows if r["variant"] == "nofold" and r["step"] == "train")
+    assert nofold["executed_gflop_per_step"] == nofold["model_gflop_per_step"]
+    compared = {(c["variant"], c["step"]) for c in doc["comparisons"]}
+    assert compared == {(v, k) for v in ("torch:eager-defaults", "jax:jit", "jax:nofold") for k in ("train", "eval")}
+    assert all(c["baseline"] == "torch:eager" and c["ci95"][0] <= c["ratio"] <= c["ci95"][1] and c["rounds"] == 5
+               for c in doc["comparisons"])
+    assert [len(doc["rounds"][k]) for k in ("train", "eval")] == [5, 5]
 
     if BOTH:
         parity = doc["parity"]
@@ -67,13 +81,31 @@ def test_quick_run_writes_the_table_results_json_markdown_and_charts(tmp_path):
         assert parity["max_abs_dloss"] < 1e-5
 
     md = (out / "results.md").read_text(encoding="utf-8")
-    assert "| framework | variant | step |" in md and "## Parity" in md and "## Environment" in md
+    assert "| variant | step | flush |" in md and "## Parity" in md and "## Environment" in md
     for chart in ("time_per_step.png", "parity_loss.png") if BOTH else ("time_per_step.png",):
         assert (out / chart).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+    compare = run_bench("compare", str(out), str(out / "results.json"), "--out", str(out / "same.md"), timeout=60)
+    assert compare.returncode == 0, compare.stderr
+    line = next(x for x in compare.stdout.splitlines() if x.startswith("jax:jit") and " train " in x)
+    assert line.split()[-1] == "1.00×"  # a run against itself
+    assert (out / "same.md").read_text(encoding="utf-8").startswith("# Two benchmark runs side by side")
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda d: d / "absent", "no such results directory or results.json"),
+    (lambda d: (d / "bad.json").write_text("[1, 2", encoding="utf-8") and d / "bad.json", "not a bench results.json"),
+])
+def test_compare_with_a_missing_or_malformed_run_prints_one_line_and_exits_2(make, message, tmp_path, capsys):
+    bad = make(tmp_path)
+    assert bench.main(["compare", str(bad), str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: compare: ") and message in err and err.count("\n") == 1
+
+
 def test_a_missing_twin_is_named_and_skipped_by_default_but_refused_when_asked_for(monkeypatch, capsys):
-    monkeypatch.setattr(env, "missing_modules", lambda name: ["torch"] if name == "torch" else [])
+    monkeypatch.setattr(bench, "missing_modules", lambda name: ["torch"] if name == "torch" else [])
     assert bench.resolve_frameworks(None) == ["jax"]
     assert "skipping the torch twin: torch not installed" in capsys.readouterr().err
     with pytest.raises(bench.ConfigError, match="--frameworks torch: not installed"):

@@ -56,7 +56,8 @@ def test_twins_agree_when_their_accuracy_gap_is_within_one_standard_deviation():
     (["--mode", "convergence", "--seeds", "a,b"], "--seeds takes a comma list of integers"),
     (["--mode", "convergence", "--seeds", "1,1"], "--seeds takes distinct non-negative integers"),
     (["--mode", "fast"], "invalid choice: 'fast'"),
-    (["--device-counts", "0,2"], "--device-counts takes positive device counts"),
+    (["--mode", "convergence", "--target", "1.5"], "--target is a validation accuracy in (0, 1]"),
+    (["--device-counts", "0,2"], "--device-counts takes distinct positive integers"),
 ])
 def test_bad_convergence_and_scaling_flags_print_one_line_and_exit_2(argv, message, capsys, tmp_path):
     assert bench.main([*argv, "--out", str(tmp_path / "never")]) == 2

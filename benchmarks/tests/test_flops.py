@@ -1,5 +1,5 @@
-"""The FLOP formula against a hand count, and the seed configuration's size."""
-from benchmarks.flops import forward_matmul_flops, step_flops
+"""The FLOP formulas against hand counts, and the seed configuration's size."""
+from benchmarks.flops import executed_step_flops, forward_matmul_flops, step_flops
 from common.config import Config
 
 
@@ -23,3 +23,17 @@ def test_seed_configuration_training_step_is_about_72_gflop():
     # B 50, T 200, E 400, H 256, L 2: forward 2·10000·1024·(656 + 512) + 2·50·256 = 23 920 665 600.
     assert step_flops(Config(), "train") == 3 * 23_920_665_600
     assert abs(step_flops(Config(), "train") / 1e9 - 72) < 0.5
+
+
+def test_the_fold_projects_the_vocabulary_instead_of_the_tokens():
+    cfg = Config(batch_size=2, seq_len=3, embed_dim=4, hidden_dim=5, layers=2)  # T·B = 6 tokens
+    # V = 4 < 6: layer 0's input projection is 2·4·20·4 = 640 instead of 960, once per forward-sized product.
+    assert executed_step_flops(cfg, "eval", vocab_size=4, folds=True) == 4580 - 320
+    assert executed_step_flops(cfg, "train", vocab_size=4, folds=True) == 3 * (4580 - 320)
+    assert executed_step_flops(cfg, "train", vocab_size=7, folds=True) == 3 * 4580  # V ≥ T·B: no fold
+    assert executed_step_flops(cfg, "train", vocab_size=4, folds=False) == 3 * 4580
+
+
+def test_seed_configuration_fold_saves_about_14_gflop():
+    saved = step_flops(Config(), "train") - executed_step_flops(Config(), "train", vocab_size=4398, folds=True)
+    assert abs(saved / 1e9 - 13.8) < 0.1  # 3 · 2·1024·400·(10000 - 4398) = 13.77 GFLOP

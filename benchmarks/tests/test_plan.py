@@ -1,7 +1,7 @@
-"""Sweeps, variant selection and the job list (no worker is started)."""
+"""Sweeps and variant selection (no worker is started)."""
 import pytest
 
-from benchmarks import plan
+from benchmarks import bench, plan
 from common.config import Config
 from common.errors import ConfigError
 
@@ -20,8 +20,8 @@ def test_parse_sweep_refuses_bad_specs(spec):
 
 def test_select_variants_default_all_and_named():
     both = ["torch", "jax"]
-    assert [v.label for v in plan.select_variants("default", both)] == ["torch:eager", "torch:compile", "jax:jit",
-                                                                           "jax:scan"]
+    assert [v.label for v in plan.select_variants("default", both)] == [
+        "torch:eager", "torch:eager-defaults", "jax:jit", "jax:nofold", "jax:cudnn"]
     assert len(plan.select_variants("all", both)) == len(plan.VARIANTS)
     assert [v.label for v in plan.select_variants("jit,torch:eager", both)] == ["jax:jit", "torch:eager"]
     with pytest.raises(ConfigError, match="unknown variant"):
@@ -30,25 +30,22 @@ def test_select_variants_default_all_and_named():
         plan.select_variants("torch:eager", ["jax"])
 
 
-def _settings(**changes):
-    base = dict(steps=20, warmup=2, block=0, parity_steps=20, device="cpu", threads=2, allow_tf32=False,
-                quick=False, timeout_s=60.0, sweeps=())
-    return plan.Settings(**{**base, **changes})
+def test_gpu_default_runs_cudnn_against_eager_and_drops_the_cpu_only_rows():
+    assert [v.label for v in plan.select_variants("default", ["torch", "jax"], "gpu")] == [
+        "torch:eager", "jax:jit", "jax:cudnn"]
 
 
-def test_make_jobs_runs_parity_in_main_variants_and_skips_the_base_point_of_a_sweep():
-    cfg = Config()
-    sweeps = (plan.Sweep("hidden_dim", (128, 256)),)  # 256 is the base: measured by the base run
-    variants = plan.select_variants("default", ["torch", "jax"])
-    jobs = plan.make_jobs(cfg, variants, ["torch", "jax"], _settings(sweeps=sweeps))
-    assert [j.label for j in jobs] == ["torch:eager", "torch:compile", "jax:jit", "jax:scan",
-                                       "torch:eager hidden_dim=128", "jax:jit hidden_dim=128"]
-    assert [j.parity_steps > 0 for j in jobs] == [True, False, True, False, False, False]
-    assert all(j.gemm for j in jobs)  # every job measures the peak; the run keeps the best
-    assert jobs[4].config["hidden_dim"] == 128
+def test_variants_are_trainer_configs_with_the_stated_change():
+    # The bench times only what the trainers run: each row differs from the base Config by named fields.
+    assert plan.variant("torch:eager-defaults").changes == {"flush_denormal": False}
+    assert plan.variant("jax:nofold").changes == {"embed_fold": False}
+    assert plan.variant("jax:cudnn").changes == {"lstm_impl": "cudnn"}
+    assert plan.variant("torch:eager").changes == {} and plan.variant("jax:jit").changes == {}
+    assert [v.label for v in plan.VARIANTS if v.parity] == ["torch:eager", "jax:jit"]
+    assert plan.BASELINE == "torch:eager"
 
 
-def test_parse_frameworks_refuses_unknown_names():
-    assert plan.parse_frameworks("jax, torch") == ["jax", "torch"]
+def test_resolve_frameworks_refuses_unknown_names():
+    assert bench.resolve_frameworks("jax, torch") == ["jax", "torch"]
     with pytest.raises(ConfigError, match="unknown framework 'foo'"):
-        plan.parse_frameworks("foo")
+        bench.resolve_frameworks("foo")

@@ -1,92 +1,140 @@
-"""Result rows, the GEMM peak and the parity summary, from synthetic worker results (no worker runs)."""
+"""Rows, paired comparisons, the GEMM peak, parity, tables and compare, from synthetic sessions (no worker runs)."""
+import json
+
+import numpy as np
 import pytest
 
-from benchmarks import plan, report
-from benchmarks.peak import combine
+from benchmarks import report
 from common.config import Config
+from common.errors import ConfigError
 
-CFG = Config(batch_size=4, seq_len=10, embed_dim=8, hidden_dim=16, layers=2)
-
-
-def _job(framework="torch", variant="eager", parity_steps=0):
-    return plan.Job(framework, variant, CFG.to_dict(), steps=20, warmup=2, block=0, parity_steps=parity_steps,
-                    gemm=False, quick=False, device="cpu", threads=2, allow_tf32=False)
+CFG = Config(batch_size=4, seq_len=10, embed_dim=8, hidden_dim=16, layers=2).to_dict()
 
 
-def _phase(median):
-    return {"first_step_s": 0.5, "step_s": {"median": median, "p25": median * 0.9, "p75": median * 1.1},
-            "steps": 20, "block": 1, "peak_rss_mb": 300.0}
+def _entry(train_s, eval_s, framework="torch", lstm_impl="nn.LSTM", flush=True):
+    setup = {"vocab_size": 30, "record": {"lstm_impl": lstm_impl, "flush_denormal": flush, "allow_tf32": False},
+             "info": {"device": "cpu", "device_name": "cpu"},
+             "phases": {k: {"first_step_s": 0.5, "peak_rss_mb": 300.0} for k in ("train", "eval")}}
+    return {"status": "ok", "error": None, "setup": setup, "round_s": {"train": train_s, "eval": eval_s},
+            "steps_per_round": {"train": 3, "eval": 5}}
 
 
-def test_row_derives_throughput_flops_and_utilisation_from_the_median():
-    result = {"info": {"device": "cpu"}, "train": _phase(0.02), "eval": _phase(0.01)}
-    row = report._row(_job(), result, "train", peak_gflop_s=10.0)
-    gflop = 3 * (2 * 4 * 10 * 64 * (8 + 16) + 2 * 4 * 10 * 64 * (16 + 16) + 2 * 4 * 16) / 1e9
-    assert row["gflop_per_step"] == pytest.approx(gflop, rel=1e-12)
-    assert row["samples_per_s"] == pytest.approx(4 / 0.02)
-    assert row["tokens_per_s"] == pytest.approx(40 / 0.02)
-    assert row["achieved_gflop_s"] == pytest.approx(gflop / 0.02)
-    assert row["utilisation"] == pytest.approx(gflop / 0.02 / 10.0)
-    assert (row["peak_mem_mb"], row["mem_kind"], row["status"]) == (300.0, "process peak RSS", "ok")
+def _session(n=5):
+    rounds = [{"order": [], "load": 0.1 * i, "busy": i == 4} for i in range(n)]
+    return {"entries": {"torch:eager": _entry([0.2] * n, [0.10] * n),
+                        "jax:jit": _entry([0.1] * n, [0.05, 0.10, 0.05, 0.10, 0.05][:n], "jax", "fused"),
+                        "jax:cudnn": {"status": "skipped",
+                                      "error": "cudnn LSTM needs a CUDA GPU; this backend is cpu"}},
+            "rounds": {"eval": rounds, "train": rounds}, "parity": {}, "gemm": {}}
 
 
-def test_failed_phase_becomes_a_row_with_its_reason_and_no_numbers():
-    result = {"info": {"device": "cpu"}, "train": {"error": "RuntimeError: boom"}, "eval": _phase(0.01)}
-    row = report._row(_job(variant="compile"), result, "train", peak_gflop_s=10.0)
-    assert (row["status"], row["error"], row["step_s"], row["utilisation"]) == ("failed", "RuntimeError: boom",
-                                                                             None, None)
-    timed_out = report._row(_job(), {"error": "timeout: stopped after 9 s", "timed_out": True}, "eval", 10.0)
-    assert timed_out["status"] == "timeout"
+def test_row_takes_the_median_over_rounds_and_derives_throughput_flops_and_utilisation():
+    rows = report.rows_for(_session(), {k: CFG for k in _session()["entries"]}, None, peak=10.0)
+    jit = next(r for r in rows if r["variant"] == "jit" and r["step"] == "train")
+    model = 3 * (2 * 40 * 64 * (8 + 16) + 2 * 40 * 64 * (16 + 16) + 2 * 4 * 16) / 1e9
+    assert jit["step_s"] == {"median": pytest.approx(0.1), "p25": pytest.approx(0.1), "p75": pytest.approx(0.1)}
+    assert jit["model_gflop_per_step"] == pytest.approx(model, rel=1e-12) == jit["gflop_per_step"]
+    assert jit["samples_per_s"] == pytest.approx(4 / 0.1) and jit["tokens_per_s"] == pytest.approx(40 / 0.1)
+    assert jit["utilisation"] == pytest.approx(model / 0.1 / 10.0)
+    assert (jit["flush_denormal"], jit["rounds"], jit["steps_per_round"]) == (True, 5, 3)
+
+
+def test_executed_flops_credit_the_fold_only_to_the_fused_stack():
+    rows = report.rows_for(_session(), {k: CFG for k in _session()["entries"]}, None, peak=None)
+    by = {(r["variant"], r["step"]): r for r in rows}
+    saved = 2 * 4 * 16 * 8 * (40 - 30) / 1e9  # layer 0's projection over 30 table rows instead of 40 tokens
+    assert by["jit", "eval"]["executed_gflop_per_step"] == pytest.approx(by["jit", "eval"]["model_gflop_per_step"]
+                                                                        - saved, rel=1e-12)
+    assert by["eager", "eval"]["executed_gflop_per_step"] == by["eager", "eval"]["model_gflop_per_step"]
+
+
+def test_a_skipped_variant_becomes_rows_with_its_reason_and_no_numbers():
+    rows = report.rows_for(_session(), {k: {**CFG, "lstm_impl": "cudnn"} for k in _session()["entries"]}, None, 1.0)
+    cudnn = [r for r in rows if r["variant"] == "cudnn"]
+    assert [(r["step"], r["status"], r["step_s"]) for r in cudnn] == [("train", "skipped", None),
+                                                                     ("eval", "skipped", None)]
+    assert cudnn[0]["error"] == "cudnn LSTM needs a CUDA GPU; this backend is cpu"
+
+
+def test_paired_ratio_is_the_median_per_round_ratio_with_a_bootstrap_interval():
+    ratio, (low, high) = report.paired_ratio([2.0, 2.0, 2.0, 2.0, 2.0], [1.0, 1.0, 1.0, 1.0, 1.0])
+    assert (ratio, low, high) == (2.0, 2.0, 2.0)  # no spread, no width
+    base = np.array([1.0, 1.1, 0.9, 1.2, 1.0, 0.95, 1.05])
+    ratio, (low, high) = report.paired_ratio(base, base / np.array([1.5, 1.4, 1.6, 1.5, 1.3, 1.7, 1.5]))
+    assert ratio == pytest.approx(1.5) and low < 1.5 < high + 1e-12 and 1.3 <= low and high <= 1.7
+
+
+def test_comparisons_pair_every_variant_with_the_baseline_per_step_kind():
+    out = report.comparisons_for(_session(), None)
+    assert [(c["variant"], c["step"]) for c in out] == [("jax:jit", "eval"), ("jax:jit", "train")]
+    train = out[1]
+    assert {"baseline", "variant", "step", "ratio", "ci95", "rounds", "method"} <= train.keys()
+    assert (train["baseline"], train["ratio"], train["ci95"], train["rounds"]) == ("torch:eager", 2.0, [2.0, 2.0], 5)
+    assert train["busy_rounds"] == 1 and "bootstrap" in train["method"]
+    assert out[0]["ratio"] == pytest.approx(2.0)  # per-round ratios 2, 1, 2, 1, 2
 
 
 def test_gemm_peak_is_the_best_measurement_on_the_benchmark_device():
     measured = {"torch": {"gflop_s": 90.0, "n": 8, "device": "cuda"},
                 "numpy": {"gflop_s": 120.0, "n": 8, "device": "cpu"},  # the host: not the GPU's peak
                 "jax": {"gflop_s": 95.0, "n": 8, "device": "cuda"}}
-    assert combine(measured, "cuda")["gflop_s"] == 95.0 and combine(measured, "cuda")["backend"] == "jax"
-    assert combine(measured, "cpu")["backend"] == "numpy"
+    on_gpu = report.gemm_peak(measured, "cuda")
+    assert (on_gpu["gflop_s"], on_gpu["backend"]) == (95.0, "jax")
+    assert report.gemm_peak(measured, "cpu")["backend"] == "numpy"
 
 
 def test_parity_reports_the_largest_loss_difference():
-    jobs = [_job("torch", "eager", parity_steps=3), _job("jax", "jit", parity_steps=3)]
-    results = [{"parity_losses": [0.7, 0.6, 0.5]}, {"parity_losses": [0.7, 0.6000004, 0.4999999]}]
-    out = report.parity(jobs, results, 3, ["torch", "jax"])
+    out = report.parity({"torch": [0.7, 0.6, 0.5], "jax": [0.7, 0.6000004, 0.4999999]}, 3)
     assert out["status"] == "ok"
     assert out["max_abs_dloss"] == pytest.approx(4e-7, rel=1e-3)
-    assert report.parity(jobs[:1], results[:1], 3, ["torch"])["status"].startswith("skipped")
+    assert report.parity({"torch": [0.7]}, 3)["status"].startswith("skipped")
+    assert report.parity({}, 0)["status"] == "skipped (--parity-steps 0)"
 
 
-def _sweep_doc():
-    """A results document as build_document makes it, for a base run and one sweep point per twin."""
-    def row(framework, variant, hidden, sweep, median):
-        cfg = {"batch_size": 4, "seq_len": 10, "embed_dim": 8, "hidden_dim": hidden, "layers": 2}
-        return {"framework": framework, "variant": variant, "step": "train", "config": cfg, "sweep": sweep,
-                "status": "ok", "error": None, "step_s": {"median": median, "p25": median, "p75": median},
-                "samples_per_s": 4 / median, "gflop_per_step": 1.0, "achieved_gflop_s": 1.0 / median,
-                "utilisation": 0.1}
-    return {"base_config": CFG.to_dict(), "gemm_peak_gflop_s": 10.0,
-            "variants": {"torch:eager": "", "jax:jit": ""},
-            "settings": {"sweeps": [{"field": "hidden_dim", "values": [8, 16]}]},
-            "results": [row("torch", "eager", 16, None, 0.02), row("jax", "jit", 16, None, 0.01),
-                        row("torch", "eager", 8, {"field": "hidden_dim", "value": 8}, 0.015),
-                        row("jax", "jit", 8, {"field": "hidden_dim", "value": 8}, 0.008)]}
-
-
-def test_sweep_table_takes_the_base_value_from_the_base_run(tmp_path):
-    rows = report.sweep_tables(_sweep_doc())["hidden_dim"]
-    assert [(r[0], r[1], r[3]) for r in rows] == [("8", "torch", "15.0"), ("8", "jax", "8.0"),
-                                                  ("16", "torch", "20.0"), ("16", "jax", "10.0")]
-    from benchmarks.plots import sweep_chart
-    path = sweep_chart(_sweep_doc(), "hidden_dim", tmp_path / "sweep.png")
-    assert path.read_bytes()[:4] == b"\x89PNG"
-
-
-def test_warnings_flag_a_busy_machine_mixed_devices_and_utilisation_above_the_peak():
-    environment = {"usable_cpus": 2, "load_average_start": 3.5, "load_average_end": 0.2}
-    out = report.warnings(environment, {"torch": "cpu", "jax": "NVIDIA H200"}, [{"utilisation": 1.2}])
+def test_warnings_flag_busy_rounds_mixed_devices_and_utilisation_above_the_peak():
+    rows = [{"framework": "torch", "device_name": "cpu", "utilisation": 1.2},
+            {"framework": "jax", "device_name": "NVIDIA H200", "utilisation": 0.3}]
+    out = report.warnings(rows, [{"busy": True}, {"busy": False}])
     assert len(out) == 3
-    assert "different devices" in out[0]
-    assert "exceeds the measured GEMM peak" in out[1]
-    assert "busy at the start" in out[2]
-    assert report.warnings({"usable_cpus": 2, "load_average_start": 0.3}, {"torch": "cpu", "jax": "cpu"},
-                           [{"utilisation": 0.4}]) == []
+    assert "different devices" in out[0] and "exceeds the measured GEMM peak" in out[1]
+    assert out[2].startswith("1 of 2 rounds ran while other processes used more than half the cores")
+    assert report.warnings(rows[:1] and [{**rows[0], "utilisation": 0.4}], [{"busy": False}]) == []
+
+
+def _doc(session, sweep=None):
+    rows = report.rows_for(session, {k: CFG for k in session["entries"]}, sweep, None)
+    return {"results": rows, "comparisons": report.comparisons_for(session, sweep),
+            "environment": {"date": "d", "cpu_model": "AMD EPYC", "devices": {"torch": "cpu"}}}
+
+
+def test_sweep_rows_give_each_value_its_times_and_paired_ratios(tmp_path):
+    doc = _doc(_session(), {"field": "hidden_dim", "value": 16})
+    doc.update(sweep_rounds={"hidden_dim=16": [{"busy": True}]}, settings={"sweeps": []})
+    rows = report.sweep_rows(doc, "hidden_dim")
+    assert [r[:4] for r in rows] == [["16", "torch:eager", "200.0", "baseline"],
+                                     ["16", "jax:jit", "100.0", "2.00× [2.00–2.00]"],
+                                     ["16", "jax:cudnn", "skipped", "–"]]
+    assert rows[1][-1] == "5 (1 busy)"
+
+
+def test_compare_sets_matching_rows_side_by_side():
+    slow = _session()
+    slow["entries"]["jax:jit"]["round_s"]["train"] = [0.4] * 5
+    text = report.compare(_doc(_session()), _doc(slow), ["a", "b"], markdown=False)
+    line = next(x for x in text.splitlines() if x.startswith("jax:jit") and " train " in x)
+    assert line.split()[-3:] == ["100.0", "400.0", "0.25×"]
+    assert report.compare(_doc(_session()), _doc(slow), ["a", "b"], markdown=True).startswith("# Two benchmark runs")
+
+
+@pytest.mark.parametrize("content, message", [(None, "no such results directory"), ("{not json", "not a bench"),
+                                              ('{"results": [{"variant": 1}]}', "not a bench")])
+def test_load_results_refuses_a_missing_or_malformed_input(tmp_path, content, message):
+    path = tmp_path / "results.json"
+    if content is not None:
+        path.write_text(content, encoding="utf-8")
+    with pytest.raises(ConfigError, match=message):
+        report.load_results(str(path))
+    if content is not None:
+        assert json.dumps(report.load_results.__doc__)  # the directory form reads the same file
+        with pytest.raises(ConfigError, match=message):
+            report.load_results(str(tmp_path))

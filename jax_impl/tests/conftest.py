@@ -12,6 +12,9 @@ import jax
 import numpy as np
 import pytest
 
+# Processes sharing one GPU (this one, the CLIs it starts) must not each take 75% of its memory at start.
+os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+
 from common.config import Config
 from common.data import Dataset, prepare_data
 from common.params import init_params
@@ -44,7 +47,7 @@ def write_corpus(folder: Path, per_class: int = 65, seed: int = 0, neutral: Sequ
 def tiny_config(pos: Path, neg: Path, **changes: Any) -> Config:
     """Embed 8, hidden 16, 2 layers, seq_len 12, batch 4: compiles in seconds."""
     base = Config(pos=str(pos), neg=str(neg), embed_dim=8, hidden_dim=16, layers=2, seq_len=12, batch_size=4,
-                  epochs=1, log_every=0, progress=False)
+                  epochs=1, log_every=0, progress=False, device="cpu")
     return base.replace(**changes)
 
 
@@ -57,6 +60,16 @@ class Tiny:
     train_step: Callable
     eval_step: Callable
     device: jax.Device
+
+
+@pytest.fixture(scope="session", autouse=True)
+def cpu_by_default():
+    """JAX's default device is the CPU for these tests on any host; a test meant for a GPU places its arrays there
+    (and is marked ``gpu``)."""
+    before = jax.config.jax_default_device
+    jax.config.update("jax_default_device", jax.devices("cpu")[0])
+    yield
+    jax.config.update("jax_default_device", before)
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -91,4 +104,4 @@ def tiny(corpus) -> Tiny:
     model = model_from_config(cfg, len(data.vocab))
     neutral = init_params(len(data.vocab), cfg.embed_dim, cfg.hidden_dim, cfg.layers, seed=cfg.seed)
     return Tiny(cfg, data, model, neutral, make_train_step(model, cfg), make_eval_step(model, cfg),
-                jax.devices()[0])
+                jax.devices("cpu")[0])

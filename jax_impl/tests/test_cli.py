@@ -49,6 +49,13 @@ def test_a_missing_device_is_one_line_and_exit_status_2(capsys):
     assert err.startswith("error: --device tpu: JAX sees no tpu device") and err.count("\n") == 1
 
 
+def test_more_devices_than_jax_sees_is_one_line_and_exit_status_2(corpus, capsys):
+    assert main(["--pos", str(corpus[0]), "--neg", str(corpus[1]), "--device", "cpu", "--devices", "64",
+                 "--batch-size", "64", "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: --devices 64: JAX sees only 1 cpu device(s)") and err.count("\n") == 1
+
+
 def test_a_bad_checkpoint_for_predict_is_one_line(tmp_path, capsys):
     from jax_impl.predict import main as predict_main
     assert predict_main([str(tmp_path / "nowhere"), "text"]) == 2

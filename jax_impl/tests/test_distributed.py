@@ -47,7 +47,7 @@ from jax_impl.train import main
 out = {"device_count": jax.device_count(), "returncodes": {}}
 for name, argv in json.loads(sys.argv[1]):
     out["returncodes"][name] = main(argv)
-place = placement(Config(batch_size=50, devices=2), jax.devices()[0])
+place = placement(Config(batch_size=50, devices=2), jax.devices("cpu")[0])
 out["data_shards"] = [list(s.data.shape) for s in jax.device_put(np.zeros((50, 32)), place.data).addressable_shards]
 out["replicated_shards"] = [list(s.data.shape)
                             for s in jax.device_put(np.zeros((32, 128)), place.replicated).addressable_shards]
@@ -80,7 +80,9 @@ def jax_runs(corpus, tmp_path_factory) -> dict:
     runs = [("uneven", [*flags, "--devices", "2", "--batch-size", "49"]),
             ("one", [*flags, "--devices", "1", "--metrics-out", str(out / "one.jsonl")]),
             ("two", [*flags, "--devices", "2", "--metrics-out", str(out / "two.jsonl")])]
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
+    # CPU only, even on a GPU host: the 2 devices are simulated CPU ones, and the GPU stays free for others.
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "XLA_FLAGS": "--xla_force_host_platform_device_count=2",
+           "JAX_PLATFORMS": "cpu"}
     proc = subprocess.run([sys.executable, "-c", WORKER, json.dumps(runs)], cwd=ROOT, capture_output=True, text=True,
                           timeout=600, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]

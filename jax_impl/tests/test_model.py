@@ -7,12 +7,14 @@ import pytest
 
 from jax_impl.convert import to_flax
 from common.errors import ConfigError
-from jax_impl.model import IMPLEMENTATIONS, SentimentRNN, init_carry, resolve_lstm_impl
+from common.config import Config
+from jax_impl.model import IMPLEMENTATIONS, SentimentRNN, init_carry, model_from_config, resolve_lstm_impl
 
 B, T, V, E, H, L = 3, 7, 11, 8, 16, 2
+CPU_IMPLEMENTATIONS = sorted(set(IMPLEMENTATIONS) - {"cudnn"})  # cudnn: jax_impl/tests/test_cudnn.py
 
 
-@pytest.fixture(scope="module", params=sorted(IMPLEMENTATIONS))
+@pytest.fixture(scope="module", params=CPU_IMPLEMENTATIONS)
 def setup(request):
     from common.params import init_params
     model = SentimentRNN(V, E, H, L, dropout=0.5, fc_dropout=0.3, lstm_impl=request.param)
@@ -176,7 +178,7 @@ def test_the_implementations_agree_in_logits_carry_and_gradients_with_dropout_on
         return jax.jit(jax.grad(loss, has_aux=True))(params)
 
     grads, outputs = run("scan")
-    for impl in sorted(IMPLEMENTATIONS):
+    for impl in CPU_IMPLEMENTATIONS:
         # The same function and the same dropout masks, associated differently: float32 rounding, 1e-6 of scale.
         for a, b in zip(jax.tree_util.tree_leaves(run(impl)), jax.tree_util.tree_leaves((grads, outputs))):
             a, b = np.asarray(a), np.asarray(b)
@@ -192,3 +194,18 @@ def test_auto_resolves_to_fused_and_to_scan_under_bfloat16():
 def test_fused_under_bfloat16_is_refused_in_one_line_naming_the_alternatives():
     with pytest.raises(ConfigError, match=r"^--lstm-impl fused does not implement bfloat16.*use --lstm-impl scan"):
         resolve_lstm_impl("fused", "bfloat16")
+
+
+@pytest.mark.parametrize("allow_tf32,name", [(False, "HIGHEST"), (True, "DEFAULT")])
+def test_every_matmul_forward_and_backward_runs_at_the_configured_precision(setup, allow_tf32, name):
+    _, params, tokens, _ = setup
+    model = model_from_config(Config(embed_dim=E, hidden_dim=H, allow_tf32=allow_tf32), V).clone(
+        lstm_impl=setup[0].lstm_impl)
+
+    def loss(p):
+        logits, _ = model.apply({"params": p}, tokens, init_carry(B, L, H), train=True,
+                                rngs={"dropout": jax.random.key(0)})
+        return jnp.sum(logits)
+    jaxpr = str(jax.make_jaxpr(jax.grad(loss))(params))
+    # HIGHEST: full float32 on every backend; DEFAULT: TF32 where a GPU has it (the CPU computes float32 anyway).
+    assert jaxpr.count("dot_general") == jaxpr.count(f"precision=(Precision.{name}, Precision.{name})") >= 10

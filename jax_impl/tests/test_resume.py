@@ -40,7 +40,7 @@ def small(tmp_path_factory) -> Tiny:
     data = prepare_data(cfg)
     model = model_from_config(cfg, len(data.vocab))
     neutral = init_params(len(data.vocab), cfg.embed_dim, cfg.hidden_dim, cfg.layers, seed=cfg.seed)
-    return Tiny(cfg, data, model, neutral, None, None, jax.devices()[0])
+    return Tiny(cfg, data, model, neutral, None, None, jax.devices("cpu")[0])
 
 
 def run_flags(tiny) -> list[str]:

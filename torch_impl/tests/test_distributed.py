@@ -11,6 +11,7 @@ import os
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -61,7 +62,9 @@ def free_port() -> int:
 
 
 def subprocess_env(**extra: str) -> dict[str, str]:
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", **extra}
+    # A JAX process shares a GPU only if it does not take 75% of its memory at start.
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "XLA_PYTHON_CLIENT_PREALLOCATE": "false",
+           **extra}
     if Path("/sys/class/net/lo").exists():
         env["GLOO_SOCKET_IFNAME"] = "lo"  # gloo talks over the loopback interface only
     return env
@@ -97,7 +100,7 @@ def runs(corpus, tmp_path_factory):
                                          "torch_impl.train", *run_flags(*corpus, torch_out)], torch_out)),
              "jax": (jax_out, start([sys.executable, "-m", "jax_impl.train", *small_flags(*corpus), "--devices", "2",
                                      "--metrics-out", str(jax_out / "metrics.jsonl")], jax_out,
-                                    XLA_FLAGS="--xla_force_host_platform_device_count=2"))}
+                                    XLA_FLAGS="--xla_force_host_platform_device_count=2", JAX_PLATFORMS="cpu"))}
     yield procs
     for _, proc in procs.values():
         if proc.poll() is None:  # a test failed before waiting for it
@@ -202,3 +205,35 @@ def test_rank_zero_keeps_the_single_process_dropout_seed():
     assert dropout_seed(7, 0) == 7
     assert len({dropout_seed(7, rank) for rank in range(4)}) == 4
     assert dropout_seed(7, 1, step=100) != dropout_seed(7, 1)
+
+
+def test_a_rank_that_fails_ends_the_whole_run_within_seconds_with_its_line(corpus, tmp_path):
+    # Rank 0 alone checks --save-dir (here a file) and stops; rank 1 goes on into DDP's first broadcast, which
+    # rank 0 never joins. torchrun ends rank 1 as soon as rank 0 exits; the process group's timeout is the backstop.
+    (tmp_path / "file").write_text("")
+    torchrun = ["--nnodes", "1", "--nproc_per_node", "2", "--master_addr", "127.0.0.1", "--master_port",
+                str(free_port())]
+    tic = time.monotonic()
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", *torchrun, "-m", "torch_impl.train",
+                           *small_flags(*corpus), "--save-dir", str(tmp_path / "file")], cwd=ROOT,
+                          env=subprocess_env(LSTM_TWINS_DDP_TIMEOUT="20"), capture_output=True, text=True,
+                          timeout=300)
+    elapsed = time.monotonic() - tic
+    assert proc.returncode != 0
+    assert f"error: --save-dir {tmp_path / 'file'}: exists and is not a directory" in proc.stderr
+    assert elapsed < 20 + 40, elapsed  # start-up (imports, rendezvous, data) plus at most the timeout
+
+
+def mean_of_a_nan_worker(rank: int, port: int, folder: str) -> None:
+    """One gloo rank: the mean over 2 ranks of a loss that is NaN on rank 1 only, written to ``folder/<rank>``."""
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), GLOO_SOCKET_IFNAME="lo")
+    torch.distributed.init_process_group("gloo", rank=rank, world_size=2)
+    loss = World(rank, 2, rank).mean(torch.tensor(float("nan") if rank == 1 else 0.25))
+    Path(folder, str(rank)).write_text(repr(float(loss)))
+    torch.distributed.destroy_process_group()
+
+
+def test_a_nan_on_one_rank_is_the_loss_every_rank_sees(tmp_path):
+    # The loop stops on a non-finite step loss; every rank reads this mean, so every rank stops at the same step.
+    torch.multiprocessing.spawn(mean_of_a_nan_worker, args=(free_port(), str(tmp_path)), nprocs=2)
+    assert [(tmp_path / str(rank)).read_text() for rank in range(2)] == ["nan", "nan"]

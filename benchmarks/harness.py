@@ -1,0 +1,319 @@
+"""Every subprocess of the benchmark, and the paired, interleaved rounds that take every speed figure.
+
+Each entry (a variant at a configuration, or a twin at a device count) gets persistent workers of its own (one
+per torch rank) that build, compile and warm the twin once. Then, round after round and for each step kind, the
+entries time their steps in turn, the order rotated by one place each round; an entry's round time is the median
+of its steps there. Each round records the load from other processes (``busy``: above half the usable cores).
+Every process gets a session of its own, so a timeout or Ctrl-C ends it and whatever it started.
+"""
+from __future__ import annotations
+
+from importlib import metadata
+import json
+import os
+import platform
+import queue
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+from common.config import Config
+from common.errors import ConfigError
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+REPLY_TAG = "@@ "  # a worker's answer line; anything else on its stdout is ignored
+TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+QUIET_WAIT_S = 3.0  # per round and step kind: bounded, so a busy machine costs at most a minute of a default run
+
+
+def usable_cpus() -> int:
+    """CPUs this process may run on (its affinity): what the thread pools size themselves to."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def load_average() -> float | None:
+    return os.getloadavg()[0] if hasattr(os, "getloadavg") else None
+
+
+def environment() -> dict:
+    """Machine, CPU model, software versions and date; the workers add devices, threads, precision, XLA's setup."""
+    installed = {str(d.metadata["Name"]).lower(): d.version for d in metadata.distributions()}
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+    except (OSError, StopIteration):
+        cpu = platform.processor() or platform.machine()
+    return {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "cpu_model": cpu,
+            "cpu_count": os.cpu_count(), "usable_cpus": usable_cpus(), "platform": platform.platform(),
+            "python": sys.version.split()[0], "load_average_start": load_average(),
+            "versions": {n: installed.get(n) for n in ("jax", "jaxlib", "flax", "optax", "torch", "numpy")}}
+
+
+def worker_environ(threads: int, device: str, cache_dir: str, extra: dict | None = None) -> dict[str, str]:
+    """A child's environment, fixed before it imports a framework: thread pools, platform, cold compile caches."""
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "PYTHONUNBUFFERED": "1", **(extra or {}),
+           "TORCHINDUCTOR_CACHE_DIR": os.path.join(cache_dir, "inductor"),
+           "TRITON_CACHE_DIR": os.path.join(cache_dir, "triton"), "JAX_ENABLE_COMPILATION_CACHE": "false"}
+    env.update({var: str(threads) for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")})
+    env.pop("JAX_COMPILATION_CACHE_DIR", None)
+    if device == "cpu":
+        env.update(JAX_PLATFORMS="cpu", CUDA_VISIBLE_DEVICES="")
+    else:
+        env["XLA_PYTHON_CLIENT_PREALLOCATE"] = "false"  # the workers share the GPU: else the first takes 75%
+        if device == "gpu":
+            env.setdefault("JAX_PLATFORMS", "cuda")
+    return env
+
+
+def _start(argv: list[str], env: dict, log: Path, pipes: bool = False) -> subprocess.Popen:
+    with open(log, "w", encoding="utf-8") as err:
+        return subprocess.Popen(argv, cwd=REPO_ROOT, env=env, stderr=err, text=True, start_new_session=True,
+                                stdin=subprocess.PIPE if pipes else None,
+                                stdout=subprocess.PIPE if pipes else subprocess.DEVNULL)
+
+
+def _kill(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    proc.wait()
+
+
+def _tail(path: Path, lines: int) -> str:
+    return " | ".join(path.read_text(encoding="utf-8", errors="replace").strip().splitlines()[-lines:])
+
+
+class Worker:
+    """One persistent worker: ``send(msg)``, then ``receive(timeout_s)`` its reply (``{"error": ...}`` once dead)."""
+
+    def __init__(self, framework: str, env: dict, workdir: Path):
+        self.log = Path(tempfile.mkstemp(prefix=f"{framework}-", suffix=".stderr", dir=workdir)[1])
+        self.proc = _start([sys.executable, "-m", "benchmarks.worker", framework], env, self.log, pipes=True)
+        self.replies: queue.Queue = queue.Queue()
+        self.dead: str | None = None
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        for line in self.proc.stdout:
+            if line.startswith(REPLY_TAG):
+                self.replies.put(json.loads(line[len(REPLY_TAG):]))
+        self.replies.put(None)  # the worker exited
+
+    def send(self, msg: dict) -> None:
+        try:
+            self.proc.stdin.write(json.dumps(msg) + "\n")
+            self.proc.stdin.flush()
+        except OSError:
+            pass  # it died: receive() says how
+
+    def receive(self, timeout_s: float) -> dict:
+        if self.dead is None:
+            try:
+                reply = self.replies.get(timeout=timeout_s)
+            except queue.Empty:
+                _kill(self.proc)
+                self.dead = f"timeout: stopped after {timeout_s:g} s"
+                return {"error": self.dead, "timed_out": True}
+            if reply is not None:
+                return reply
+            self.proc.wait()
+            self.dead = f"worker exited with status {self.proc.returncode}: {_tail(self.log, 5)}"
+        return {"error": self.dead}
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.send({"op": "quit"})
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                _kill(self.proc)
+
+
+def run_command(argv: list[str], env: dict, timeout_s: float, log: Path) -> str | None:
+    """Run ``argv`` to its end: None when it succeeded, else one line saying why not."""
+    proc = _start(argv, env, log)
+    try:
+        proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        return f"took longer than --timeout {timeout_s:.0f}s"
+    finally:
+        if proc.poll() is None:  # timed out, or Ctrl-C here: leave nothing behind
+            _kill(proc)
+    return None if proc.returncode == 0 else f"exit status {proc.returncode}: {_tail(log, 1)}"
+
+
+class LoadMeter:
+    """The load from *other* processes over an interval, in cores: the machine's busy CPU time (/proc/stat; steal
+    counts) minus this benchmark's own (/proc/PID/stat), over the wall time. None where /proc is missing."""
+
+    def __init__(self, pids: list[int]):
+        self.pids = [os.getpid(), *pids]
+
+    def _read(self) -> tuple[float, float]:
+        with open("/proc/stat", encoding="ascii") as f:
+            ticks = [int(x) for x in f.readline().split()[1:9]]
+        own = 0
+        for pid in self.pids:
+            try:
+                with open(f"/proc/{pid}/stat", encoding="ascii") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+                own += int(fields[11]) + int(fields[12])  # utime, stime: all threads
+            except OSError:  # gone
+                pass
+        return (sum(ticks) - ticks[3] - ticks[4]) / TICKS, own / TICKS
+
+    def start(self) -> None:
+        try:
+            self.t0, (self.busy0, self.own0) = time.perf_counter(), self._read()
+        except OSError:
+            self.t0 = None
+
+    def stop(self) -> float | None:
+        if self.t0 is None:
+            return None
+        wall, (busy, own) = time.perf_counter() - self.t0, self._read()
+        return max(0.0, (busy - self.busy0 - (own - self.own0)) / wall)
+
+    def wait_for_quiet(self) -> float:
+        """Wait at most QUIET_WAIT_S for half a second in which others use under a tenth of the cores; seconds."""
+        start = time.perf_counter()
+        while time.perf_counter() - start < QUIET_WAIT_S:
+            self.start()
+            time.sleep(0.5)
+            load = self.stop()
+            if load is None or load < 0.1 * usable_cpus():
+                break
+        return time.perf_counter() - start
+
+
+@dataclass(frozen=True)
+class Entry:
+    label: str
+    framework: str
+    config: dict  # Config fields, validated by the run (a choice this Config lacks makes a skipped entry)
+    hooks: dict = field(default_factory=dict)
+    threads: int = 1
+    few_steps: bool = False  # one training step per round
+    parity: bool = False  # runs the parity steps
+    timeout_s: float = 1800.0  # per request: set-up, or one round's steps
+    ranks: int = 1  # torch data-parallel processes (torchrun's environment, without the launcher)
+    xla_devices: int = 0  # simulated XLA CPU devices
+
+
+@dataclass(frozen=True)
+class Plan:
+    rounds: int
+    steps: int  # training steps per entry and round
+    eval_steps: int
+    warmup: int
+    parity_steps: int = 0
+    gemm_n: int = 0  # side of the peak-rate matmul (0: not measured)
+    phases: tuple[str, ...] = ("eval", "train")  # set-up order: inference first, its peak memory read before
+
+
+class Member:
+    """An entry's processes: a request goes to every rank; the answer is rank 0's, or the first error."""
+
+    def __init__(self, e: Entry, device: str, work: Path):
+        extra = {"BENCH_THREADS": str(e.threads)}
+        if e.xla_devices:  # read by the host platform only: a GPU host's real devices are unaffected
+            extra["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} " \
+                f"--xla_force_host_platform_device_count={e.xla_devices}".strip()
+        env = worker_environ(e.threads, device, tempfile.mkdtemp(prefix="cache-", dir=work), extra)
+        if e.ranks > 1:
+            with socket.socket() as s:  # a free port for the process group
+                s.bind(("127.0.0.1", 0))
+                env.update(WORLD_SIZE=str(e.ranks), LOCAL_WORLD_SIZE=str(e.ranks), MASTER_ADDR="127.0.0.1",
+                           MASTER_PORT=str(s.getsockname()[1]))
+        ranks = [{**env, "RANK": str(r), "LOCAL_RANK": str(r)} if e.ranks > 1 else env for r in range(e.ranks)]
+        self.entry, self.workers = e, [Worker(e.framework, env, work) for env in ranks]
+
+    def request(self, msg: dict) -> dict:
+        for w in self.workers:
+            w.send(msg)
+        replies = [w.receive(self.entry.timeout_s) for w in self.workers]
+        return next((r for r in replies if "error" in r or "user_error" in r), replies[0])
+
+    def close(self) -> None:
+        for w in self.workers:
+            w.close()
+
+
+def run(entries: list[Entry], plan: Plan, device: str, progress: bool = True) -> dict:
+    """``{"entries": {label: {status, error, setup, round_s}}, "rounds": {kind: [{order, load, busy}]}, "parity",
+    "gemm"}``. An entry that raised a user error is ``skipped``; one that crashed or overran ``failed``/``timeout``."""
+    from tqdm import tqdm
+
+    out: dict = {"entries": {}, "rounds": {k: [] for k in plan.phases}, "parity": {}, "gemm": {}}
+    live: list[Member] = []
+    with tempfile.TemporaryDirectory(prefix="bench-") as work, \
+            tqdm(total=len(entries) + plan.rounds, unit="stage", file=sys.stderr, disable=not progress) as bar:
+        try:
+            for e in entries:
+                bar.set_description(f"set up {e.label}")
+                live += _set_up(e, plan, device, Path(work), out["entries"])
+                bar.update()
+            meter = LoadMeter([w.proc.pid for m in live for w in m.workers])
+            for r in range(plan.rounds):
+                bar.set_description(f"round {r + 1}/{plan.rounds}")
+                for kind in plan.phases:
+                    ok = [m for m in live if out["entries"][m.entry.label]["status"] == "ok"]
+                    order = ok[r % len(ok):] + ok[:r % len(ok)] if ok else []
+                    waited = meter.wait_for_quiet()
+                    meter.start()
+                    for m in order:
+                        e = out["entries"][m.entry.label]
+                        reply = m.request({"op": "steps", "kind": kind, "n": e["steps_per_round"][kind]})
+                        if "step_s" in reply:
+                            e["round_s"][kind].append(statistics.median(reply["step_s"]))
+                        else:  # lost mid-run: its rounds so far stay, the row says why it stopped
+                            e.update(status="timeout" if reply.get("timed_out") else "failed", error=reply.get("error"))
+                    load = meter.stop()
+                    out["rounds"][kind].append({"order": [m.entry.label for m in order], "load": load, "waited_s":
+                                                waited, "busy": load is not None and load > 0.5 * usable_cpus()})
+                bar.update()
+            _parity_and_peak([m for m in live if out["entries"][m.entry.label]["status"] == "ok"], plan, out)
+        finally:
+            for m in live:
+                m.close()
+    return out
+
+
+def _set_up(e: Entry, plan: Plan, device: str, work: Path, entries: dict) -> list[Member]:
+    try:
+        Config(**e.config)
+    except ConfigError as err:
+        entries[e.label] = {"status": "skipped", "error": str(err)}
+        return []
+    member = Member(e, device, work)
+    need = 1 + plan.warmup + plan.rounds * max(plan.steps, plan.eval_steps)
+    reply = member.request({"op": "setup", "config": e.config, "hooks": e.hooks, "threads": e.threads,
+                            "warmup": plan.warmup, "phases": plan.phases, "n_train": max(need, plan.parity_steps)})
+    if "error" in reply or "user_error" in reply:
+        member.close()
+        status = "skipped" if "user_error" in reply else "timeout" if reply.get("timed_out") else "failed"
+        entries[e.label] = {"status": status, "error": reply.get("user_error") or reply["error"]}
+        return []
+    entries[e.label] = {"status": "ok", "error": None, "setup": reply, "round_s": {k: [] for k in plan.phases},
+                        "steps_per_round": {"train": 1 if e.few_steps else plan.steps, "eval": plan.eval_steps}}
+    return [member]
+
+
+def _parity_and_peak(ok: list[Member], plan: Plan, out: dict) -> None:
+    for m in (m for m in ok if plan.parity_steps and m.entry.parity):
+        reply = m.request({"op": "parity", "n": plan.parity_steps})
+        out["parity"][m.entry.framework] = reply.get("losses") or reply.get("error") or reply.get("user_error")
+    for framework in dict.fromkeys(m.entry.framework for m in ok) if plan.gemm_n else ():  # one worker per library
+        reply = next(m for m in ok if m.entry.framework == framework).request({"op": "gemm", "n": plan.gemm_n})
+        for library, v in reply.get("gemm", {}).items():
+            if library not in out["gemm"] or v["gflop_s"] > out["gemm"][library]["gflop_s"]:
+                out["gemm"][library] = v

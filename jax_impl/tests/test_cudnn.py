@@ -1,0 +1,90 @@
+"""The cuDNN LSTM stack: its weight packing (checked on the CPU through jax.experimental.rnn's own unpacking and
+reference LSTM), the one-line refusal where there is no CUDA GPU, and on a GPU the stack itself."""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.experimental import rnn
+
+from common.errors import ConfigError
+from common.params import init_params
+from jax_impl.cudnn import cudnn_stack, pack_lstm_weights
+from jax_impl.model import resolve_lstm_impl
+from jax_impl.recurrence import embedding_lstm_stack
+from jax_impl.train import main
+
+V, E, H, L, B, T = 13, 6, 5, 2, 3, 9
+NAMES = ("weight_ih", "weight_hh", "bias_ih", "bias_hh")
+GPUS = [d for d in jax.devices() if d.platform == "gpu"]
+
+
+@pytest.fixture(scope="module")
+def setup():
+    """Neutral params (float32), tokens (T, B), a non-zero carry, lengths of a right-padded batch."""
+    params = init_params(V, E, H, L, seed=3)
+    rng = np.random.default_rng(0)
+    tokens = jnp.asarray(rng.integers(1, V, (T, B)), jnp.int32)
+    carry = tuple((jnp.asarray(np.tanh(rng.standard_normal((B, H))), jnp.float32),
+                   jnp.asarray(rng.standard_normal((B, H)), jnp.float32)) for _ in range(L))
+    weights = [tuple(jnp.asarray(params[f"lstm.{n}_l{k}"]) for n in NAMES) for k in range(L)]
+    return params, tokens, carry, weights, jnp.array([T, 1, 4], jnp.int32)
+
+
+def test_packed_weights_unpack_to_pytorchs_arrays(setup):
+    params = setup[0]
+    packed = pack_lstm_weights(params, L)
+    assert packed.shape == (rnn.get_num_params_in_lstm(E, H, L, False),)
+    unpacked = rnn.unpack_lstm_weights(packed, E, H, L, False)
+    for k in range(L):
+        for name, part in zip(NAMES, unpacked):
+            assert np.array_equal(np.asarray(part[k]), params[f"lstm.{name}_l{k}"]), (name, k)
+
+
+@pytest.mark.parametrize("masked", [False, True])
+def test_jaxs_reference_lstm_on_the_packed_weights_is_the_projects_recurrence(setup, masked):
+    params, tokens, carry, weights, lengths = setup
+    lengths = lengths if masked else jnp.full((B,), T, jnp.int32)
+    table = jnp.asarray(params["embedding.weight"])
+    unpacked = rnn.unpack_lstm_weights(pack_lstm_weights(params, L), E, H, L, False)
+    h0, c0 = (jnp.stack([pair[i] for pair in carry]) for i in (0, 1))
+    _, h_n, c_n = rnn.lstm_ref(jnp.take(table, tokens.T, axis=0), h0, c0, *unpacked, lengths, E, H, L, 0.0, False)
+    finals = embedding_lstm_stack(table, tokens, weights, carry, lengths if masked else None)
+    # Two float32 computations of the same recurrence, associated differently: rounding, well within 1e-5.
+    for k, (h, c) in enumerate(finals):
+        np.testing.assert_allclose(np.asarray(h_n[k]), np.asarray(h), atol=1e-5)
+        np.testing.assert_allclose(np.asarray(c_n[k]), np.asarray(c), atol=1e-5)
+
+
+def test_cudnn_without_a_cuda_gpu_is_a_config_error_naming_the_backend():
+    with pytest.raises(ConfigError, match=r"^cudnn LSTM needs a CUDA GPU; this backend is cpu$"):
+        resolve_lstm_impl("cudnn", "float32", "cpu")
+    with pytest.raises(ConfigError, match="computes float32 only"):
+        resolve_lstm_impl("cudnn", "bfloat16", "gpu")
+
+
+def test_cudnn_on_the_cpu_is_one_line_and_exit_status_2(capsys):
+    assert main(["--lstm-impl", "cudnn", "--device", "cpu"]) == 2
+    assert capsys.readouterr().err == "error: cudnn LSTM needs a CUDA GPU; this backend is cpu\n"
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not GPUS, reason=f"needs a CUDA GPU seen by JAX (its platforms here: "
+                                     f"{sorted({d.platform for d in jax.devices()})})")
+@pytest.mark.parametrize("masked", [False, True])
+def test_cudnn_stack_computes_the_fused_stacks_carries_and_gradients_dropout_included(setup, masked):
+    params, tokens, carry, weights, lengths = setup
+    lengths = lengths if masked else None
+    table = jnp.asarray(params["embedding.weight"])
+    masks = [jax.random.bernoulli(jax.random.key(1), 0.5, (T, B, H)).astype(jnp.float32) * 2.0]
+
+    def loss(impl, table, weights, carry):
+        finals = impl(table, tokens, weights, carry, lengths, masks)
+        return sum(jnp.sum(h * (k + 1)) + jnp.sum(c) for k, (h, c) in enumerate(finals)), finals
+
+    device = GPUS[0]
+    args = jax.device_put((table, weights, carry), device)
+    fused = jax.jit(jax.grad(lambda *a: loss(embedding_lstm_stack, *a), argnums=(0, 1, 2), has_aux=True))(*args)
+    cudnn = jax.jit(jax.grad(lambda *a: loss(cudnn_stack, *a), argnums=(0, 1, 2), has_aux=True))(*args)
+    # Both full float32 (HIGHEST: no TF32), cuDNN's kernels summing in their own order: float32 rounding.
+    for a, b in zip(jax.tree_util.tree_leaves(cudnn), jax.tree_util.tree_leaves(fused)):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=1e-5 * max(1.0, float(np.abs(b).max())))
