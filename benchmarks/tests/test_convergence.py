@@ -99,10 +99,11 @@ def test_quick_run_with_device_counts_adds_a_scaling_table(tmp_path):
     proc = run_bench("--quick", "--no-progress", "--device-counts", "1,2", "--variants", "torch:eager,jax:jit",
                      "--parity-steps", "0", "--out", str(out), timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "## Data-parallel scaling" in proc.stdout and "measures the overhead" in proc.stdout
+    assert "Data-parallel scaling:" in proc.stdout and "measures the overhead" in proc.stdout
     doc = json.loads((out / "results.json").read_text(encoding="utf-8"))
     rows = {(r["framework"], r["devices"]): r for r in doc["scaling"]}
     assert set(rows) == {("torch", 1), ("torch", 2), ("jax", 1), ("jax", 2)}
     assert all(r["status"] == "ok" and r["samples_per_s"] > 0 for r in rows.values()), rows
     assert rows[("jax", 1)]["efficiency"] == pytest.approx(1.0)
     assert (out / "scaling.png").exists()
+    assert "## Data-parallel scaling" in (out / "results.md").read_text(encoding="utf-8")
