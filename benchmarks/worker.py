@@ -109,6 +109,7 @@ class JaxSide:
         self.device, self.step_module = step.resolve_device(cfg.device), step
         self.jax.config.update("jax_default_device", self.device)  # as train() does for its run
         twin = train.JaxTwin(cfg, vocab_size, self.device)
+        self.precision = twin.record["matmul_precision"]  # HIGHEST, or DEFAULT under --allow-tf32
         if hooks.get("unroll"):  # the reference scan, its loop unrolled
             twin.model = twin.model.clone(unroll=hooks["unroll"])
             twin.step, twin.evaluate = step.make_train_step(twin.model, cfg), step.make_eval_step(twin.model, cfg)
@@ -133,7 +134,7 @@ class JaxSide:
                 "device_name": d.device_kind if d.platform != "cpu" else "cpu", "xla_env": self.xla_env.record(),
                 "threads": {"xla_cpu_pool": len(os.sched_getaffinity(0)), "XLA_FLAGS": os.environ.get("XLA_FLAGS", "")},
                 "precision": {"jax_default_matmul_precision": str(self.jax.config.jax_default_matmul_precision),
-                              "jax_impl_precision": str(getattr(sys.modules["jax_impl.model"], "PRECISION", None))}}
+                              "jax_impl_precision": self.precision}}
 
     def peak_device_mb(self) -> float | None:
         stats = self.device.memory_stats() or {}
