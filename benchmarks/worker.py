@@ -17,7 +17,7 @@ from collections import Counter
 
 import numpy as np
 
-from benchmarks.harness import REPLY_TAG
+from benchmarks.harness import REPLY_TAG, usable_cpus
 from common.batches import batches
 from common.config import Config
 from common.data import prepare_data
@@ -103,9 +103,8 @@ class JaxSide:
         self.jax = jax
 
     def build(self, cfg: Config, vocab_size: int, params, hooks: dict):
-        from jax_impl import model, step, train
-        step.resolve_dtype(cfg.dtype)
-        model.resolve_lstm_impl(cfg.lstm_impl, cfg.dtype)
+        from jax_impl import step, train
+        step.resolve_dtype(cfg.dtype)  # the LSTM implementation: JaxTwin resolves it for its device
         self.device, self.step_module = step.resolve_device(cfg.device), step
         self.jax.config.update("jax_default_device", self.device)  # as train() does for its run
         twin = train.JaxTwin(cfg, vocab_size, self.device)
@@ -132,7 +131,7 @@ class JaxSide:
         d = self.device
         return {"device": "cuda" if d.platform == "gpu" else d.platform,
                 "device_name": d.device_kind if d.platform != "cpu" else "cpu", "xla_env": self.xla_env.record(),
-                "threads": {"xla_cpu_pool": len(os.sched_getaffinity(0)), "XLA_FLAGS": os.environ.get("XLA_FLAGS", "")},
+                "threads": {"xla_cpu_pool": usable_cpus(), "XLA_FLAGS": os.environ.get("XLA_FLAGS", "")},
                 "precision": {"jax_default_matmul_precision": str(self.jax.config.jax_default_matmul_precision),
                               "jax_impl_precision": self.precision}}
 

@@ -11,6 +11,7 @@ import numpy as np
 from common.config import Config, config_from_namespace, field_names, make_parser
 from common.corpus import load_corpus
 from common.errors import DataError, cli_main
+from common.files import atomic_file
 from common.text import Vocab, build_vocab, choose_tokenizer, encode, tokenize
 
 SPLITS = ("train", "val", "test")
@@ -118,6 +119,12 @@ def summary_lines(data: Dataset) -> list[str]:
     return lines
 
 
+def _write_tsv(path: Path, split: EncodedSplit) -> None:
+    with open(path, "w", encoding="utf-8", newline="") as f:
+        csv.writer(f, delimiter="\t", lineterminator="\n").writerows([("text", "label"),
+                                                                      *zip(split.texts, map(int, split.labels))])
+
+
 def export_split(data: Dataset, out: Path) -> list[Path]:
     """Write ``train.tsv``, ``val.tsv``, ``test.tsv`` (header ``text``, ``label``; label 0/1), each atomically."""
     try:
@@ -126,12 +133,9 @@ def export_split(data: Dataset, out: Path) -> list[Path]:
         raise DataError(f"{out}: cannot create the output directory ({err.strerror})") from None
     paths = [out / f"{name}.tsv" for name in SPLITS]
     for name, path in zip(SPLITS, paths):
-        split, tmp = getattr(data, name), path.with_suffix(".tsv.tmp")
+        split = getattr(data, name)
         try:
-            with open(tmp, "w", encoding="utf-8", newline="") as f:
-                writer = csv.writer(f, delimiter="\t", lineterminator="\n")
-                writer.writerows([("text", "label"), *zip(split.texts, map(int, split.labels))])
-            tmp.replace(path)
+            atomic_file(path, lambda tmp: _write_tsv(tmp, split))
         except OSError as err:
             raise DataError(f"{path}: cannot write ({err.strerror})") from None
     return paths

