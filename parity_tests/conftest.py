@@ -14,7 +14,6 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-import jax
 import numpy as np
 import pytest
 import torch
@@ -23,7 +22,9 @@ from common.batches import Batch, batches
 from common.config import Config
 from common.data import Dataset, prepare_data
 from common.params import Params, init_params
-from jax_impl.tests.conftest import NEUTRAL
+# The JAX tests' conftest also brings XLA_PYTHON_CLIENT_PREALLOCATE=false (processes share a GPU) and the autouse
+# cpu_by_default: both twins on the CPU unless a test says otherwise (PyTorch's helpers default to "cpu").
+from jax_impl.tests.conftest import NEUTRAL, cpu_by_default  # noqa: F401
 from jax_impl.tests.conftest import write_corpus as write_jax_test_corpus
 from parity_tests import report
 from parity_tests.configs import SEED_CFG, TRAJECTORY_CFG
@@ -36,18 +37,6 @@ torch.set_num_threads(1)
 set_numerics(Config(), torch.device("cpu"))
 
 ROOT = Path(__file__).resolve().parents[1]
-# JAX processes sharing one GPU must not each take 75% of its memory at start.
-os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
-
-
-@pytest.fixture(scope="session", autouse=True)
-def cpu_by_default():
-    """Both twins on the CPU unless a test says otherwise (PyTorch's helpers default to "cpu"; JAX's default device
-    is pinned here): the CPU suite compares like with like on any host, test_gpu.py places everything on the GPU."""
-    before = jax.config.jax_default_device
-    jax.config.update("jax_default_device", jax.devices("cpu")[0])
-    yield
-    jax.config.update("jax_default_device", before)
 
 
 # ---------------------------------------------------------------- session hooks: the float64 run, the report
