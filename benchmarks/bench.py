@@ -110,9 +110,11 @@ def settings_from(ns: argparse.Namespace, cfg: Config) -> dict:
                           f"got {s['threads']}")
     if ns.timeout <= 0:
         raise ConfigError(f"--timeout must be > 0, got {ns.timeout}")
-    counts = plan.int_list(ns.device_counts, "--device-counts", 1, "positive") if ns.device_counts else []
-    return {**s, "device": cfg.device, "timeout_s": ns.timeout, "quick": ns.quick, "device_counts": sorted(counts),
-            "sweeps": [plan.parse_sweep(x, cfg) for x in ns.sweep]}
+    sweeps = [plan.parse_sweep(x, cfg) for x in ns.sweep]
+    if ns.device_counts:  # data-parallel scaling is a sweep of --devices
+        sweeps.append(plan.Sweep("devices", tuple(sorted(plan.int_list(ns.device_counts, "--device-counts", 1,
+                                                                       "positive")))))
+    return {**s, "device": cfg.device, "timeout_s": ns.timeout, "quick": ns.quick, "sweeps": sweeps}
 
 
 def output_dir(spec: str | None) -> Path:
@@ -126,38 +128,16 @@ def output_dir(spec: str | None) -> Path:
 
 def measure(cfg: Config, variants, s: dict, base: bool) -> tuple[dict, dict]:
     """One paired session of ``variants`` at ``cfg`` (the base run adds parity and the GEMM peak); ``(session,
-    configs by label)``, each variant's Config as the trainers would get it."""
-    entries = [harness.Entry(v.label, v.framework, {**cfg.to_dict(), **v.changes}, v.hooks, threads=s["threads"],
-                             few_steps=v.few_steps, parity=v.parity, timeout_s=s["timeout_s"]) for v in variants]
+    configs by label)``, each variant's Config as the trainers would get it. ``cfg.devices`` > 1 runs torch as that
+    many DDP ranks (the threads split between them) and JAX over that many devices (simulated on a CPU)."""
+    n = cfg.devices if cfg.devices > 1 else 1
+    entries = [harness.Entry(v.label, v.framework, {**cfg.to_dict(), **v.changes}, v.hooks, few_steps=v.few_steps,
+                             parity=v.parity, timeout_s=s["timeout_s"], ranks=n if v.framework == "torch" else 1,
+                             threads=max(1, s["threads"] // n) if v.framework == "torch" else s["threads"],
+                             xla_devices=n if v.framework == "jax" and n > 1 else 0) for v in variants]
     gemm_n = GEMM_N["quick" if s["quick"] else "gpu" if s["device"] == "gpu" else "cpu"] if base else 0
     p = harness.Plan(s["rounds"], s["steps"], s["eval_steps"], s["warmup"], s["parity_steps"] if base else 0, gemm_n)
     return harness.run(entries, p, s["device"], progress=cfg.progress), {e.label: e.config for e in entries}
-
-
-def scaling(cfg: Config, frameworks, s: dict) -> list[dict]:
-    """Training throughput of each twin's main variant on each device count, paired rounds per twin."""
-    rows = []
-    for framework in frameworks:
-        v, torch = next(v for v in plan.VARIANTS if v.framework == framework and v.parity), framework == "torch"
-        entries = [harness.Entry(f"{v.label}@{n}", framework, cfg.replace(devices=n).to_dict(), v.hooks,
-                                 ranks=n if torch else 1, xla_devices=0 if torch else n, timeout_s=s["timeout_s"],
-                                 threads=max(1, s["threads"] // (n if torch else 1))) for n in s["device_counts"]]
-        session = harness.run(entries, harness.Plan(s["rounds"], s["steps"], 1, s["warmup"], phases=("train",)),
-                              s["device"], progress=cfg.progress)
-        for e, n in zip(entries, s["device_counts"]):
-            got = session["entries"][e.label]
-            if got["status"] == "skipped":  # e.g. more devices than exist: the user's to fix
-                raise ConfigError(got["error"])
-            times = got.get("round_s", {}).get("train", [])
-            step_s = statistics.median(times) if times else None
-            rows.append({"framework": framework, "devices": n, "threads": e.threads, "batch_size": cfg.batch_size,
-                         "status": got["status"], "error": got["error"], "rounds": len(times),
-                         "step_ms": step_s and step_s * 1e3, "samples_per_s": step_s and cfg.batch_size / step_s,
-                         "busy_rounds": sum(r["busy"] for r in session["rounds"]["train"])})
-        ok = [r for r in rows if r["framework"] == framework and r["step_ms"]]
-        for r in ok:  # throughput per device relative to the smallest count (1 = linear)
-            r["efficiency"] = r["samples_per_s"] / (r["devices"] * ok[0]["samples_per_s"] / ok[0]["devices"])
-    return rows
 
 
 def speed_main(ns: argparse.Namespace, cfg: Config, s: dict, frameworks: list[str], argv: list[str]) -> int:
@@ -170,20 +150,14 @@ def speed_main(ns: argparse.Namespace, cfg: Config, s: dict, frameworks: list[st
     peak = report.gemm_peak(session["gemm"], ok[0]["setup"]["info"]["device"])
     rows, comparisons = report.rows_for(session, configs, None, peak["gflop_s"]), report.comparisons_for(session, None)
     sweep_rounds: dict[str, list] = {}
-    main_labels = [v.label for v in variants if v.main] or [v.label for v in plan.VARIANTS if v.main
-                                                           and v.framework in frameworks]
+    main = [v for v in variants if v.main] or [v for v in plan.VARIANTS if v.main and v.framework in frameworks]
     for sweep in s["sweeps"]:
         for value in sweep.values:
             where = {"field": sweep.field, "value": value}
-            if getattr(cfg, sweep.field) == value and set(main_labels) <= set(session["entries"]):
-                point = {**session, "entries": {k: session["entries"][k] for k in main_labels}}  # measured already
-                point_configs = configs
-            else:
-                point, point_configs = measure(cfg.replace(**{sweep.field: value}),
-                                               [plan.variant(x) for x in main_labels], s, base=False)
+            point, point_configs = measure(cfg.replace(**{sweep.field: value}), main, s, base=False)
             rows += report.rows_for(point, point_configs, where, peak["gflop_s"])
             comparisons += report.comparisons_for(point, where)
-            sweep_rounds[f"{sweep.field}={value}"] = point["rounds"].get("train", []) + point["rounds"].get("eval", [])
+            sweep_rounds[f"{sweep.field}={value}"] = [r for kind in point["rounds"].values() for r in kind]
     info = {k.split(":")[0]: e["setup"]["info"] for k, e in session["entries"].items() if e.get("setup")}
     environment.update({key: {k: i[key] for k, i in info.items()} for key in ("threads", "precision")},
                        devices={k: i["device_name"] for k, i in info.items()},
@@ -195,9 +169,8 @@ def speed_main(ns: argparse.Namespace, cfg: Config, s: dict, frameworks: list[st
            "variants": {v.label: v.description for v in variants}, "gemm_peak_gflop_s": peak["gflop_s"],
            "gemm_peak": peak, "results": rows, "comparisons": comparisons, "rounds": session["rounds"],
            "sweep_rounds": sweep_rounds, "parity": report.parity(session["parity"], s["parity_steps"])}
-    if s["device_counts"]:
-        doc["scaling"] = scaling(cfg, frameworks, s)
     environment.update(load_average_end=harness.load_average(), run_wall_s=time.perf_counter() - start)
+    report.add_efficiency(rows)
     doc["warnings"] = report.warnings(rows, [r for v in session["rounds"].values() for r in v])
     report.write_json(doc, out / "results.json")
     charts = plots.write_charts(doc, out)

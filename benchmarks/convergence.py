@@ -13,7 +13,7 @@ from typing import Any, Sequence
 
 from benchmarks import harness, plots, report
 from common.batches import num_train_batches
-from common.config import Config, field_names, to_argv
+from common.config import Config
 from common.data import prepare_data
 from common.errors import ConfigError
 from common.metrics import evaluations, read_metrics, training_steps
@@ -32,20 +32,23 @@ class RunResult:
 
 
 def run_twin(framework: str, cfg: Config, seed: int, out: Path, timeout_s: float) -> RunResult:
-    """Train one twin for one seed in a subprocess; ``--save-dir`` makes the trainer score the test split with the
-    best-validation weights."""
+    """Train one twin for one seed with its trainer, in a worker of its own; ``save_dir`` makes the trainer score
+    the test split with the best-validation weights."""
     metrics = out / "runs" / f"{framework}-seed{seed}.jsonl"
     metrics.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="best-") as best:
-        # Of the files group the runner sets only the metrics log and the best weights' directory.
-        argv = [sys.executable, "-m", TWIN_MODULES[framework], *to_argv(cfg.replace(seed=seed, progress=False),
-                exclude=field_names("files")), "--metrics-out", str(metrics), "--save-dir", best]
+        run = cfg.replace(seed=seed, progress=False, metrics_out=str(metrics), save_dir=best)
+        worker = harness.Worker(framework, harness.worker_environ(harness.usable_cpus(), cfg.device, best),
+                                metrics.parent)
         tic = time.perf_counter()
-        failed = harness.run_command(argv, harness.worker_environ(harness.usable_cpus(), cfg.device, best),
-                                     timeout_s, metrics.with_suffix(".stderr"))
-    if failed:
-        raise ConfigError(f"the {framework} run (seed {seed}) failed: {failed}")
-    return RunResult(framework, seed, read_metrics(metrics), time.perf_counter() - tic)
+        try:
+            worker.send({"op": "train", "config": run.to_dict(), "threads": harness.usable_cpus()})
+            reply, wall_s = worker.receive(timeout_s), time.perf_counter() - tic
+        finally:
+            worker.close()
+    if "error" in reply or "user_error" in reply:
+        raise ConfigError(f"the {framework} run (seed {seed}) failed: {reply.get('user_error') or reply['error']}")
+    return RunResult(framework, seed, read_metrics(metrics), wall_s)
 
 
 def summarise_run(run: RunResult, steps_per_epoch: int, target: float) -> dict[str, Any]:

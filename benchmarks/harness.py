@@ -25,13 +25,9 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
-from common.config import Config
-from common.errors import ConfigError
-
 REPO_ROOT = Path(__file__).resolve().parents[1]
 REPLY_TAG = "@@ "  # a worker's answer line; anything else on its stdout is ignored
 TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
-QUIET_WAIT_S = 3.0  # per round and step kind: bounded, so a busy machine costs at most a minute of a default run
 
 
 def usable_cpus() -> int:
@@ -73,13 +69,6 @@ def worker_environ(threads: int, device: str, cache_dir: str, extra: dict | None
     return env
 
 
-def _start(argv: list[str], env: dict, log: Path, pipes: bool = False) -> subprocess.Popen:
-    with open(log, "w", encoding="utf-8") as err:
-        return subprocess.Popen(argv, cwd=REPO_ROOT, env=env, stderr=err, text=True, start_new_session=True,
-                                stdin=subprocess.PIPE if pipes else None,
-                                stdout=subprocess.PIPE if pipes else subprocess.DEVNULL)
-
-
 def _kill(proc: subprocess.Popen) -> None:
     try:
         os.killpg(proc.pid, signal.SIGKILL)
@@ -97,9 +86,13 @@ class Worker:
 
     def __init__(self, framework: str, env: dict, workdir: Path):
         self.log = Path(tempfile.mkstemp(prefix=f"{framework}-", suffix=".stderr", dir=workdir)[1])
-        self.proc = _start([sys.executable, "-m", "benchmarks.worker", framework], env, self.log, pipes=True)
+        with open(self.log, "w", encoding="utf-8") as err:
+            self.proc = subprocess.Popen([sys.executable, "-m", "benchmarks.worker", framework], cwd=REPO_ROOT, env=env,
+                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, text=True,
+                                         start_new_session=True)
         self.replies: queue.Queue = queue.Queue()
         self.dead: str | None = None
+        self.waiting = False  # a request is unanswered: on close the worker is busy, so it is stopped
         threading.Thread(target=self._read, daemon=True).start()
 
     def _read(self) -> None:
@@ -109,6 +102,7 @@ class Worker:
         self.replies.put(None)  # the worker exited
 
     def send(self, msg: dict) -> None:
+        self.waiting = True
         try:
             self.proc.stdin.write(json.dumps(msg) + "\n")
             self.proc.stdin.flush()
@@ -124,13 +118,17 @@ class Worker:
                 self.dead = f"timeout: stopped after {timeout_s:g} s"
                 return {"error": self.dead, "timed_out": True}
             if reply is not None:
+                self.waiting = False
                 return reply
             self.proc.wait()
             self.dead = f"worker exited with status {self.proc.returncode}: {_tail(self.log, 5)}"
         return {"error": self.dead}
 
     def close(self) -> None:
-        if self.proc.poll() is None:
+        """Ask an idle worker to quit; stop a busy one (Ctrl-C in the middle of a request)."""
+        if self.waiting:
+            _kill(self.proc)
+        elif self.proc.poll() is None:
             self.send({"op": "quit"})
             try:
                 self.proc.wait(timeout=30)
@@ -138,68 +136,36 @@ class Worker:
                 _kill(self.proc)
 
 
-def run_command(argv: list[str], env: dict, timeout_s: float, log: Path) -> str | None:
-    """Run ``argv`` to its end: None when it succeeded, else one line saying why not."""
-    proc = _start(argv, env, log)
+def cpu_seconds(pids: list[int]) -> tuple[float, float] | None:
+    """The machine's busy CPU seconds so far (/proc/stat; steal counts) and those of ``pids`` (all their threads);
+    None where /proc is missing. Two readings give the load from *other* processes: :func:`others_load`."""
     try:
-        proc.wait(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        return f"took longer than --timeout {timeout_s:.0f}s"
-    finally:
-        if proc.poll() is None:  # timed out, or Ctrl-C here: leave nothing behind
-            _kill(proc)
-    return None if proc.returncode == 0 else f"exit status {proc.returncode}: {_tail(log, 1)}"
-
-
-class LoadMeter:
-    """The load from *other* processes over an interval, in cores: the machine's busy CPU time (/proc/stat; steal
-    counts) minus this benchmark's own (/proc/PID/stat), over the wall time. None where /proc is missing."""
-
-    def __init__(self, pids: list[int]):
-        self.pids = [os.getpid(), *pids]
-
-    def _read(self) -> tuple[float, float]:
         with open("/proc/stat", encoding="ascii") as f:
             ticks = [int(x) for x in f.readline().split()[1:9]]
-        own = 0
-        for pid in self.pids:
-            try:
-                with open(f"/proc/{pid}/stat", encoding="ascii") as f:
-                    fields = f.read().rsplit(")", 1)[1].split()
-                own += int(fields[11]) + int(fields[12])  # utime, stime: all threads
-            except OSError:  # gone
-                pass
-        return (sum(ticks) - ticks[3] - ticks[4]) / TICKS, own / TICKS
-
-    def start(self) -> None:
+    except OSError:
+        return None
+    own = 0
+    for pid in pids:
         try:
-            self.t0, (self.busy0, self.own0) = time.perf_counter(), self._read()
-        except OSError:
-            self.t0 = None
+            with open(f"/proc/{pid}/stat", encoding="ascii") as f:
+                own += sum(int(x) for x in f.read().rsplit(")", 1)[1].split()[11:13])  # utime, stime
+        except OSError:  # gone
+            pass
+    return (sum(ticks) - ticks[3] - ticks[4]) / TICKS, own / TICKS
 
-    def stop(self) -> float | None:
-        if self.t0 is None:
-            return None
-        wall, (busy, own) = time.perf_counter() - self.t0, self._read()
-        return max(0.0, (busy - self.busy0 - (own - self.own0)) / wall)
 
-    def wait_for_quiet(self) -> float:
-        """Wait at most QUIET_WAIT_S for half a second in which others use under a tenth of the cores; seconds."""
-        start = time.perf_counter()
-        while time.perf_counter() - start < QUIET_WAIT_S:
-            self.start()
-            time.sleep(0.5)
-            load = self.stop()
-            if load is None or load < 0.1 * usable_cpus():
-                break
-        return time.perf_counter() - start
+def others_load(before: tuple[float, float] | None, after: tuple[float, float] | None, wall_s: float) -> float | None:
+    """Cores used by other processes between two :func:`cpu_seconds` readings ``wall_s`` apart."""
+    if before is None or after is None:
+        return None
+    return max(0.0, (after[0] - before[0] - (after[1] - before[1])) / wall_s)
 
 
 @dataclass(frozen=True)
 class Entry:
     label: str
     framework: str
-    config: dict  # Config fields, validated by the run (a choice this Config lacks makes a skipped entry)
+    config: dict  # Config fields, validated by the worker (a choice this Config lacks makes a skipped entry)
     hooks: dict = field(default_factory=dict)
     threads: int = 1
     few_steps: bool = False  # one training step per round
@@ -228,12 +194,12 @@ class Member:
         if e.xla_devices:  # read by the host platform only: a GPU host's real devices are unaffected
             extra["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} " \
                 f"--xla_force_host_platform_device_count={e.xla_devices}".strip()
-        env = worker_environ(e.threads, device, tempfile.mkdtemp(prefix="cache-", dir=work), extra)
         if e.ranks > 1:
             with socket.socket() as s:  # a free port for the process group
                 s.bind(("127.0.0.1", 0))
-                env.update(WORLD_SIZE=str(e.ranks), LOCAL_WORLD_SIZE=str(e.ranks), MASTER_ADDR="127.0.0.1",
-                           MASTER_PORT=str(s.getsockname()[1]))
+                extra.update(WORLD_SIZE=str(e.ranks), LOCAL_WORLD_SIZE=str(e.ranks), MASTER_ADDR="127.0.0.1",
+                             MASTER_PORT=str(s.getsockname()[1]))
+        env = worker_environ(e.threads, device, tempfile.mkdtemp(prefix="cache-", dir=work), extra)
         ranks = [{**env, "RANK": str(r), "LOCAL_RANK": str(r)} if e.ranks > 1 else env for r in range(e.ranks)]
         self.entry, self.workers = e, [Worker(e.framework, env, work) for env in ranks]
 
@@ -262,14 +228,13 @@ def run(entries: list[Entry], plan: Plan, device: str, progress: bool = True) ->
                 bar.set_description(f"set up {e.label}")
                 live += _set_up(e, plan, device, Path(work), out["entries"])
                 bar.update()
-            meter = LoadMeter([w.proc.pid for m in live for w in m.workers])
+            pids = [os.getpid(), *(w.proc.pid for m in live for w in m.workers)]
             for r in range(plan.rounds):
                 bar.set_description(f"round {r + 1}/{plan.rounds}")
                 for kind in plan.phases:
                     ok = [m for m in live if out["entries"][m.entry.label]["status"] == "ok"]
                     order = ok[r % len(ok):] + ok[:r % len(ok)] if ok else []
-                    waited = meter.wait_for_quiet()
-                    meter.start()
+                    start, before = time.perf_counter(), cpu_seconds(pids)
                     for m in order:
                         e = out["entries"][m.entry.label]
                         reply = m.request({"op": "steps", "kind": kind, "n": e["steps_per_round"][kind]})
@@ -277,9 +242,9 @@ def run(entries: list[Entry], plan: Plan, device: str, progress: bool = True) ->
                             e["round_s"][kind].append(statistics.median(reply["step_s"]))
                         else:  # lost mid-run: its rounds so far stay, the row says why it stopped
                             e.update(status="timeout" if reply.get("timed_out") else "failed", error=reply.get("error"))
-                    load = meter.stop()
-                    out["rounds"][kind].append({"order": [m.entry.label for m in order], "load": load, "waited_s":
-                                                waited, "busy": load is not None and load > 0.5 * usable_cpus()})
+                    load = others_load(before, cpu_seconds(pids), time.perf_counter() - start)
+                    out["rounds"][kind].append({"order": [m.entry.label for m in order], "load": load,
+                                                "busy": load is not None and load > 0.5 * usable_cpus()})
                 bar.update()
             _parity_and_peak([m for m in live if out["entries"][m.entry.label]["status"] == "ok"], plan, out)
         finally:
@@ -289,11 +254,6 @@ def run(entries: list[Entry], plan: Plan, device: str, progress: bool = True) ->
 
 
 def _set_up(e: Entry, plan: Plan, device: str, work: Path, entries: dict) -> list[Member]:
-    try:
-        Config(**e.config)
-    except ConfigError as err:
-        entries[e.label] = {"status": "skipped", "error": str(err)}
-        return []
     member = Member(e, device, work)
     need = 1 + plan.warmup + plan.rounds * max(plan.steps, plan.eval_steps)
     reply = member.request({"op": "setup", "config": e.config, "hooks": e.hooks, "threads": e.threads,

@@ -84,9 +84,10 @@ def sweep_chart(doc: dict, field: str, path: Path) -> Path | None:
     fig, (ax_t, ax_r) = plt.subplots(1, 2, figsize=(11, 4))
     for name in dict.fromkeys(label(r) for r in rows):
         own = sorted((r for r in rows if label(r) == name and r["step"] == "train"), key=lambda r: r["sweep"]["value"])
-        ms, err = _spread(own)
-        ax_t.errorbar([r["sweep"]["value"] for r in own], ms, yerr=err, marker="o", capsize=3, label=name,
-                      color=_color(name))
+        (ms, err), at = _spread(own), [r["sweep"]["value"] for r in own]
+        ax_t.errorbar(at, ms, yerr=err, marker="o", capsize=3, label=name, color=_color(name))
+        if field == "devices" and own:  # linear scaling from the smallest count: time × smallest / N
+            ax_t.plot(at, [ms[0] * at[0] / n for n in at], ":", color=_color(name))
     for c in (c for c in doc["comparisons"] if c["sweep"] and c["sweep"]["field"] == field):
         train = c["step"] == "train"
         ax_r.errorbar([c["sweep"]["value"] * (1 if train else 1.05)], [c["ratio"]], capsize=3,
@@ -103,23 +104,9 @@ def sweep_chart(doc: dict, field: str, path: Path) -> Path | None:
         ax.legend(fontsize=8)
     ax_t.set(ylabel="ms per training step (median over rounds)", yscale="log")
     ax_r.set(ylabel=f"speed-up over {BASELINE}, 95% CI (o train, □ eval)")
-    return _save(fig, path, f"sweep of {field} (others at the base configuration), {doc['environment']['cpu_model']}")
-
-
-def scaling_plot(rows: list[dict], path: Path) -> Path | None:
-    """Throughput against device count per twin; dashed: linear from the smallest count."""
-    ok = [r for r in rows if r["step_ms"]]
-    if not ok:
-        return None
-    fig, ax = plt.subplots(figsize=(6, 4))
-    for framework in dict.fromkeys(r["framework"] for r in ok):
-        own = [r for r in ok if r["framework"] == framework]
-        n = [r["devices"] for r in own]
-        ax.plot(n, [r["samples_per_s"] for r in own], "o-", color=COLORS[framework], label=framework)
-        ax.plot(n, [own[0]["samples_per_s"] * d / own[0]["devices"] for d in n], "--", color=COLORS[framework])
-    ax.set(xlabel="devices", ylabel="samples / s", xticks=sorted({r["devices"] for r in ok}))
-    ax.legend()
-    return _save(fig, path, "data-parallel throughput (dashed: linear)")
+    linear = ", dotted: linear scaling" if field == "devices" else ""
+    return _save(fig, path, f"sweep of {field} (others at the base configuration{linear}), "
+                 f"{doc['environment']['cpu_model']}")
 
 
 def convergence_curves(doc: dict, path: Path) -> Path:
@@ -141,5 +128,4 @@ def write_charts(doc: dict, out: Path) -> list[str]:
     """Every chart that has data; the file names written."""
     made = [time_per_step(doc, out / "time_per_step.png"), parity_curves(doc, out / "parity_loss.png")]
     made += [sweep_chart(doc, s["field"], out / f"sweep_{s['field']}.png") for s in doc["settings"]["sweeps"]]
-    made.append(doc.get("scaling") and scaling_plot(doc["scaling"], out / "scaling.png"))
     return [p.name for p in made if p]

@@ -15,14 +15,18 @@ from benchmarks import flops
 from benchmarks.plan import BASELINE
 from common.errors import ConfigError
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3  # 3: scaling is a sweep of devices; rounds lose waited_s
 RESAMPLES = 10_000
 METHOD = (f"median of per-round ratios (baseline s / variant s) over paired, interleaved rounds; 95% interval: "
           f"percentile bootstrap over the rounds ({RESAMPLES} resamples, seed 0)")
 MAIN_COLUMNS = ("variant", "step", "flush", "median ms", "p25–p75 ms", f"vs {BASELINE} [95% CI]", "rounds×steps",
                 "compile s", "first s", "samples/s", "peak MB", "model GFLOP", "exec GFLOP", "GFLOP/s", "util")
 SWEEP_COLUMNS = ("value", "variant", "train ms", f"train vs {BASELINE}", "eval ms", f"eval vs {BASELINE}",
-                 "exec GFLOP train", "rounds")
+                 "train samples/s", "exec GFLOP train", "rounds")
+SCALING = ("At a fixed global batch, torch runs N DDP ranks (gloo on a CPU, the threads split between them) and JAX "
+           "one process over N devices (simulated on a CPU); efficiency = training throughput / (N × the smallest "
+           "count's per device), 1.0 is linear. On a CPU the N devices share the same cores: this measures the "
+           "overhead of data parallelism, not a speed-up.")
 
 
 def paired_ratio(base_s: Sequence[float], variant_s: Sequence[float], seed: int = 0) -> tuple[float, list[float]]:
@@ -161,15 +165,20 @@ def sweep_rows(doc: dict, name: str) -> list[list[str]]:
                    and label(x) == label(r)), None)
         busy = sum(b["busy"] for b in doc["sweep_rounds"].get(f"{name}={r['sweep']['value']}", []))
         out.append([str(r["sweep"]["value"]), label(r), _ms(r) if r["step_s"] else r["status"], _ratio(doc, r),
-                    _ms(ev), _ratio(doc, ev), _fmt(r["executed_gflop_per_step"], ".4g"),
-                    f"{r['rounds']}" + (f" ({busy} busy)" if busy else "")])
+                    _ms(ev), _ratio(doc, ev), _fmt(r["samples_per_s"], ".1f"), _fmt(r["executed_gflop_per_step"],
+                    ".4g"), f"{r['rounds']}" + (f" ({busy} busy)" if busy else "")]
+                   + ([_fmt(r.get("efficiency"), ".2f")] if name == "devices" else []))
     return out
 
 
-def scaling_rows(rows: list[dict]) -> list[list]:
-    return [[r["framework"], r["devices"], r["threads"], *([f"{r['step_ms']:.1f}", f"{r['samples_per_s']:.0f}",
-             f"{r['efficiency']:.2f}", r["rounds"]] if r["step_ms"] else [f"{r['status']}: {r['error']}", "", "", ""])]
-            for r in rows]
+def add_efficiency(rows: list[dict]) -> None:
+    """Rows of a sweep of ``devices``: throughput per device relative to the smallest count (1.0: linear)."""
+    scaled = [r for r in rows
+              if r["sweep"] and r["sweep"]["field"] == "devices" and r["sweep"]["value"] and r["step_s"]]
+    for r in scaled:
+        first = min((x for x in scaled if label(x) == label(r) and x["step"] == r["step"]),
+                    key=lambda x: x["sweep"]["value"])
+        r["efficiency"] = r["samples_per_s"] * first["sweep"]["value"] / (r["sweep"]["value"] * first["samples_per_s"])
 
 
 def table(columns: Sequence[str], rows: Sequence[Sequence[str]], markdown: bool) -> str:
@@ -217,17 +226,12 @@ def render(doc: dict, charts: Sequence[str] = (), markdown: bool = False) -> str
     out += [("> **Warning:** " if markdown else "WARNING: ") + w for w in doc["warnings"]]
     out += ["", table(MAIN_COLUMNS, main_rows(doc), markdown), "", *items(notes)]
     out += [*section("Parity and method"), *items(parity), *section("Environment"), *items(env)]
-    for sweep in doc["settings"]["sweeps"]:
-        out += [*section(f"Sweep of {sweep['field']}"), f"Others at the base config; ratios vs {BASELINE} with 95% "
-                "intervals.", "", table(SWEEP_COLUMNS, sweep_rows(doc, sweep["field"]), markdown)]
-    if doc.get("scaling"):
-        cpu = next(r["device"] for r in doc["results"] if r["step_s"]) == "cpu"
-        out += [*section("Data-parallel scaling"), f"At a fixed global batch of {doc['scaling'][0]['batch_size']};"
-                " efficiency = throughput / (N × the smallest count's per device), 1.0 is linear." + (
-                    " On a CPU the N devices share the same cores: this measures the overhead of data parallelism, "
-                    "not a speed-up." if cpu else ""), "",
-                table(("framework", "devices", "threads", "step ms", "samples/s", "efficiency", "rounds"),
-                      scaling_rows(doc["scaling"]), markdown)]
+    for field in (sweep["field"] for sweep in doc["settings"]["sweeps"]):
+        scaling = field == "devices"
+        title = f"Sweep of {field}" + (" (data-parallel scaling)" if scaling else "")
+        out += [*section(title), f"Others at the base config; ratios vs {BASELINE} with 95% intervals."
+                + (" " + SCALING if scaling else ""), "",
+                table((*SWEEP_COLUMNS, "efficiency") if scaling else SWEEP_COLUMNS, sweep_rows(doc, field), markdown)]
     out += [*section("Variants"), *[f"- `{k}`: {v}" for k, v in doc["variants"].items()]]
     if markdown:
         out += ["", "## Charts", ""] + [f"![{c}]({c})" for c in charts]

@@ -1,8 +1,9 @@
 """A persistent benchmark worker, ``python -m benchmarks.worker torch|jax``: one per variant (per rank under DDP).
 
 One JSON request per line on stdin, one ``@@ {json}`` answer per line on stdout: ``setup``, ``steps`` (time ``n``
-steps of one kind), ``parity`` (losses with dropout 0), ``gemm`` (the float32 matmul rate), ``quit``. The steps are
-the twins' own ``train_step`` and ``eval_step``, each ending in the host sync the trainers do, on the real batches.
+steps of one kind), ``parity`` (losses with dropout 0), ``gemm`` (the float32 matmul rate), ``train`` (convergence
+mode: the trainer's whole run), ``quit``. The steps are the twins' own ``train_step`` and ``eval_step``, each ending
+in the host sync the trainers do, on the real batches.
 """
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import sys
 import time
 import traceback
 from collections import Counter
+from contextlib import ExitStack
 
 import numpy as np
 
@@ -21,7 +23,7 @@ from benchmarks.harness import REPLY_TAG, usable_cpus
 from common.batches import batches
 from common.config import Config
 from common.data import prepare_data
-from common.errors import ConfigError, UserError
+from common.errors import UserError
 from common.params import init_params
 
 
@@ -37,28 +39,20 @@ def gemm_gflop_s(matmul, a, b, sync=lambda x: x, repeats: int = 8) -> float:
 
 
 class TorchSide:
-    """``TorchTwin`` as ``torch_impl.train`` builds it (DDP under a torchrun-style environment)."""
+    """What timing the PyTorch twin needs beyond the twin: threads, the GPU sync, the device, the GEMM rate."""
 
     def __init__(self, threads: int):
         import torch
+        from torch_impl import train
         torch.set_num_threads(threads)
-        self.torch = torch
+        self.torch, self.trainer = torch, train
 
-    def build(self, cfg: Config, vocab_size: int, params, hooks: dict):
-        from torch_impl import distributed, step, train
-        world = distributed.world_from_environment()
-        distributed.check_config(cfg, world)
-        device = step.resolve_device(cfg.device)
-        step.resolve_dtype(cfg.dtype)
-        if world is not None:
-            if device.type == "cuda" and world.size > self.torch.cuda.device_count():
-                raise ConfigError(f"--device-counts {world.size}: PyTorch sees {self.torch.cuda.device_count()} GPU(s)")
-            device = distributed.join_process_group(world, device)
-        self.device, twin = device, train.TorchTwin(cfg, vocab_size, device, world)
-        state = twin.init_state(params)
+    def adopt(self, twin, params, hooks: dict):
+        """The twin's state from ``params``, and the benchmark-only ``hooks`` applied to it."""
+        self.device, state = twin.device, twin.init_state(params)
         if hooks.get("compile_model"):
             twin.model = state.model = self.torch.compile(state.model)
-        return twin, state
+        return state
 
     def sync(self) -> None:
         if self.device.type == "cuda":
@@ -75,6 +69,9 @@ class TorchSide:
 
     def peak_device_mb(self) -> float | None:
         return self.torch.cuda.max_memory_allocated() / 2**20 if self.device.type == "cuda" else None
+
+    def compile(self, twin, state, kind: str, batch) -> dict:
+        return {}  # eager: nothing ahead of the first call
 
     def gemm(self, n: int) -> float:
         gen = self.torch.Generator().manual_seed(0)
@@ -93,36 +90,32 @@ class TorchSide:
 
 
 class JaxSide:
-    """``JaxTwin`` as ``jax_impl.train`` builds it (its jitted steps, placed on the run's device or mesh)."""
+    """The same for the JAX twin, and its compilation ahead of the first call."""
 
     def __init__(self, threads: int):
         from jax_impl import xla_env
-        self.xla_env = xla_env
         xla_env.configure()  # XLA settings that must precede the backend's start
         import jax
-        self.jax = jax
-
-    def build(self, cfg: Config, vocab_size: int, params, hooks: dict):
         from jax_impl import step, train
-        step.resolve_dtype(cfg.dtype)  # the LSTM implementation: JaxTwin resolves it for its device
-        self.device, self.step_module = step.resolve_device(cfg.device), step
-        self.jax.config.update("jax_default_device", self.device)  # as train() does for its run
-        twin = train.JaxTwin(cfg, vocab_size, self.device)
-        self.precision = twin.record["matmul_precision"]  # HIGHEST, or DEFAULT under --allow-tf32
+        self.jax, self.xla_env, self.step_module, self.trainer = jax, xla_env, step, train
+
+    def adopt(self, twin, params, hooks: dict):
+        st = self.step_module
+        self.device, self.precision = st.resolve_device(twin.cfg.device), twin.record["matmul_precision"]
         if hooks.get("unroll"):  # the reference scan, its loop unrolled
             twin.model = twin.model.clone(unroll=hooks["unroll"])
-            twin.step, twin.evaluate = step.make_train_step(twin.model, cfg), step.make_eval_step(twin.model, cfg)
-        return twin, twin.init_state(params)
+            twin.step, twin.evaluate = st.make_train_step(twin.model, twin.cfg), st.make_eval_step(twin.model, twin.cfg)
+        return twin.init_state(params)
 
-    def compile(self, twin, state, kind: str, batch) -> tuple[float, float]:
-        """``(lower_s, lower + compile s)`` of the jitted step; its first call then reuses the executable."""
+    def compile(self, twin, state, kind: str, batch) -> dict:
+        """``lower_s`` and ``compile_s`` (lowering included) of the jitted step; its first call reuses the result."""
         st, t0 = self.step_module, time.perf_counter()
         lowered = (twin.step.lower(state, twin.init_carry(), st.batch_to_device(batch, twin.place.data), twin.key)
                    if kind == "train" else
                    twin.evaluate.lower(state.params, st.padded_eval_batch(batch, twin.cfg.batch_size, twin.place.data)))
         lower_s = time.perf_counter() - t0
         lowered.compile()
-        return lower_s, time.perf_counter() - t0
+        return {"lower_s": lower_s, "compile_s": time.perf_counter() - t0}
 
     def sync(self) -> None:
         pass  # every step driven here ends by reading a number from the device
@@ -150,7 +143,13 @@ class Bench:
     """One variant of one twin: its batches, state and carry, driven step by step."""
 
     def __init__(self, framework: str):
-        self.framework, self.side = framework, None
+        self.framework, self.side, self.make_twin, self.exits = framework, None, None, ExitStack()
+
+    def build(self, cfg: Config, hooks: dict):
+        """``(twin, state)``: a twin made as its trainer makes it (the trainer's set-up entered once, left at exit)."""
+        self.make_twin = self.make_twin or self.exits.enter_context(self.side.trainer.twin_maker(cfg))
+        twin = self.make_twin(cfg, self.vocab_size)
+        return twin, self.side.adopt(twin, self.params, hooks)
 
     def setup(self, msg: dict) -> dict:
         self.side = self.side or (TorchSide if self.framework == "torch" else JaxSide)(msg["threads"])
@@ -163,22 +162,18 @@ class Bench:
         full = [b for b in batches(data.val, cfg.batch_size) if b.size == cfg.batch_size]  # one shape to time
         self.eval, self.vocab_size = full or self.train[:1], len(data.vocab)
         self.params = init_params(self.vocab_size, cfg.embed_dim, cfg.hidden_dim, cfg.layers, seed=cfg.seed)
-        self.twin, self.state = self.side.build(cfg, self.vocab_size, self.params, hooks)
+        self.twin, self.state = self.build(cfg, hooks)
         self.carry, self.index = None, {"train": 0, "eval": 0}
         out = {"vocab_size": self.vocab_size, "info": self.side.info(), "phases": {},
                "record": {k: v for k, v in self.twin.record.items() if isinstance(v, (str, int, float, bool))}}
         for kind in msg["phases"]:  # inference first: its peak memory is read before training raises it
-            phase: dict = {}
-            if hasattr(self.side, "compile"):
-                phase["lower_s"], phase["compile_s"] = self.side.compile(
-                    self.twin, self.state, kind, (self.train if kind == "train" else self.eval)[0])
+            phase = self.side.compile(self.twin, self.state, kind, (self.train if kind == "train" else self.eval)[0])
             phase["first_step_s"] = self.steps(kind, 1)[0]
             if hooks.get("compile_model"):
                 phase["compile_s"] = phase["first_step_s"]  # Dynamo and Inductor work inside the first call
             self.steps(kind, msg["warmup"])
-            phase.update(peak_rss_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,  # KiB on Linux
-                         peak_device_mb=self.side.peak_device_mb())
-            out["phases"][kind] = phase
+            out["phases"][kind] = {**phase, "peak_device_mb": self.side.peak_device_mb(),
+                                   "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}  # KiB
         if hooks.get("compile_model"):
             out["compile_info"] = self.side.compile_counters()
         return out
@@ -206,7 +201,7 @@ class Bench:
     def parity(self, n: int) -> list[float]:
         """Losses of ``n`` training steps from the shared weights with dropout 0, in a twin of their own."""
         cfg = self.cfg.replace(dropout=0.0, fc_dropout=0.0)
-        (twin, state), carry, losses = self.side.build(cfg, self.vocab_size, self.params, {}), None, []
+        (twin, state), carry, losses = self.build(cfg, {}), None, []
         for k in range(n):
             state, carry, loss = self.train_step(twin, state, carry, k)
             losses.append(loss)
@@ -216,6 +211,10 @@ class Bench:
         op, n = msg["op"], msg.get("n")
         if op == "setup":
             return self.setup(msg)
+        if op == "train":  # convergence mode: the trainer's whole run
+            self.side = self.side or (TorchSide if self.framework == "torch" else JaxSide)(msg["threads"])
+            self.side.trainer.train(Config(**msg["config"]))
+            return {"trained": True}
         if op == "steps":
             return {"step_s": self.steps(msg["kind"], n)}
         if op == "parity":
@@ -234,19 +233,20 @@ def main(framework: str) -> int:
         os.sched_setaffinity(0, sorted(os.sched_getaffinity(0))[:int(os.environ["BENCH_THREADS"])])
     bench, replies = Bench(framework), sys.stdout
     sys.stdout = sys.stderr  # what libraries print must not mix with the replies
-    for line in sys.stdin:
-        msg = json.loads(line)
-        try:
-            reply = bench.handle(msg)
-        except UserError as err:
-            reply = {"user_error": str(err)}
-        except Exception as err:  # a variant that fails is a result, not a crash
-            first = (str(err).strip().splitlines() or [""])[0]
-            reply = {"error": f"{type(err).__name__}: {first}", "traceback": traceback.format_exc()[-3000:]}
-        replies.write(REPLY_TAG + json.dumps(reply) + "\n")
-        replies.flush()
-        if msg["op"] == "quit":
-            break
+    with bench.exits:  # a torch rank leaves its process group at the end
+        for line in sys.stdin:
+            msg = json.loads(line)
+            try:
+                reply = bench.handle(msg)
+            except UserError as err:
+                reply = {"user_error": str(err)}
+            except Exception as err:  # a variant that fails is a result, not a crash
+                first = (str(err).strip().splitlines() or [""])[0]
+                reply = {"error": f"{type(err).__name__}: {first}", "traceback": traceback.format_exc()[-3000:]}
+            replies.write(REPLY_TAG + json.dumps(reply) + "\n")
+            replies.flush()
+            if msg["op"] == "quit":
+                break
     return 0
 
 

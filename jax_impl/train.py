@@ -8,8 +8,9 @@ only where arrays are placed changes (:mod:`jax_impl.distributed`).
 """
 import math
 import sys
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import jax
 
@@ -77,13 +78,21 @@ class JaxTwin:
         return load_training_state(path, state, carry)
 
 
-def train(cfg: Config) -> dict[str, Any]:
-    """The full run (see ``common.loop.train`` for the result's keys)."""
+@contextmanager
+def twin_maker(cfg: Config) -> Iterator[Callable[[Config, int], JaxTwin]]:
+    """How :func:`train` builds its twin: on the run's device, made JAX's default while the context is open. The
+    benchmark's workers build theirs through it too."""
     resolve_dtype(cfg.dtype)
     device = resolve_device(cfg.device)
     resolve_lstm_impl(cfg.lstm_impl, cfg.dtype, device.platform)  # a bad choice fails before the data is read
     with jax.default_device(device):
-        return loop.train(cfg, lambda cfg, vocab_size: JaxTwin(cfg, vocab_size, device))
+        yield lambda cfg, vocab_size: JaxTwin(cfg, vocab_size, device)
+
+
+def train(cfg: Config) -> dict[str, Any]:
+    """The full run (see ``common.loop.train`` for the result's keys)."""
+    with twin_maker(cfg) as make_twin:
+        return loop.train(cfg, make_twin)
 
 
 @cli_main

@@ -9,9 +9,10 @@ Several devices: ``torchrun --nproc_per_node N -m torch_impl.train ...`` trains 
 DistributedDataParallel, each process on its slice of every batch (:mod:`torch_impl.distributed`).
 """
 import sys
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import torch
 
@@ -115,9 +116,10 @@ class TorchTwin:
         return progress, (state, carry)
 
 
-def train(cfg: Config) -> dict[str, Any]:
-    """The full run (see ``common.loop.train`` for the result's keys). Started by torchrun with WORLD_SIZE > 1,
-    it is one rank of a data-parallel run."""
+@contextmanager
+def twin_maker(cfg: Config) -> Iterator[Callable[[Config, int], TorchTwin]]:
+    """How :func:`train` builds its twin: the device and, started by torchrun with WORLD_SIZE > 1, the process group,
+    joined here and left on exit. The benchmark's workers build theirs through it too."""
     if cfg.lstm_impl != "auto":
         raise ConfigError(f"--lstm-impl {cfg.lstm_impl} is JAX-only: PyTorch runs nn.LSTM (leave --lstm-impl auto)")
     world = world_from_environment()
@@ -125,12 +127,20 @@ def train(cfg: Config) -> dict[str, Any]:
     device = resolve_device(cfg.device)
     resolve_dtype(cfg.dtype)
     if world is None:
-        return loop.train(cfg, lambda cfg, vocab_size: TorchTwin(cfg, vocab_size, device, None))
+        yield lambda cfg, vocab_size: TorchTwin(cfg, vocab_size, device, None)
+        return
     device = join_process_group(world, device)
     try:
-        return loop.train(cfg, lambda cfg, vocab_size: TorchTwin(cfg, vocab_size, device, world))
+        yield lambda cfg, vocab_size: TorchTwin(cfg, vocab_size, device, world)
     finally:
         leave_process_group()
+
+
+def train(cfg: Config) -> dict[str, Any]:
+    """The full run (see ``common.loop.train`` for the result's keys). Started by torchrun with WORLD_SIZE > 1,
+    it is one rank of a data-parallel run."""
+    with twin_maker(cfg) as make_twin:
+        return loop.train(cfg, make_twin)
 
 
 @cli_main

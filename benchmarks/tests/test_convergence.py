@@ -94,16 +94,22 @@ def test_quick_convergence_run_writes_curves_tables_and_results(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.skipif(not BOTH, reason="needs both twins installed")
-def test_quick_run_with_device_counts_adds_a_scaling_table(tmp_path):
+def test_quick_run_with_device_counts_adds_a_scaling_sweep_with_efficiency(tmp_path):
     out = tmp_path / "scale"
     proc = run_bench("--quick", "--no-progress", "--device-counts", "1,2", "--variants", "torch:eager,jax:jit",
                      "--parity-steps", "0", "--out", str(out), timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "Data-parallel scaling:" in proc.stdout and "measures the overhead" in proc.stdout
+    assert "Sweep of devices (data-parallel scaling):" in proc.stdout and "measures the overhead" in proc.stdout
     doc = json.loads((out / "results.json").read_text(encoding="utf-8"))
-    rows = {(r["framework"], r["devices"]): r for r in doc["scaling"]}
-    assert set(rows) == {("torch", 1), ("torch", 2), ("jax", 1), ("jax", 2)}
+    rows = {(r["framework"], r["sweep"]["value"], r["step"]): r for r in doc["results"]
+            if r["sweep"] and r["sweep"]["field"] == "devices"}
+    assert set(rows) == {(f, n, k) for f in ("torch", "jax") for n in (1, 2) for k in ("train", "eval")}
     assert all(r["status"] == "ok" and r["samples_per_s"] > 0 for r in rows.values()), rows
-    assert rows[("jax", 1)]["efficiency"] == pytest.approx(1.0)
-    assert (out / "scaling.png").exists()
-    assert "## Data-parallel scaling" in (out / "results.md").read_text(encoding="utf-8")
+    assert rows[("jax", 1, "train")]["efficiency"] == pytest.approx(1.0)
+    two = rows[("torch", 2, "train")]
+    assert two["efficiency"] == pytest.approx(two["samples_per_s"] / (2 * rows[("torch", 1, "train")]["samples_per_s"]))
+    assert two["threads"]["torch_intra_op"] == max(1, doc["settings"]["threads"] // 2)  # the ranks split the threads
+    assert {(c["variant"], c["sweep"]["value"]) for c in doc["comparisons"] if c["sweep"]} == {("jax:jit", 1),
+                                                                                              ("jax:jit", 2)}
+    assert (out / "sweep_devices.png").exists()
+    assert "## Sweep of devices (data-parallel scaling)" in (out / "results.md").read_text(encoding="utf-8")

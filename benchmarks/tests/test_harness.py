@@ -28,12 +28,19 @@ def test_workers_sharing_a_gpu_do_not_preallocate_and_cpu_workers_hide_it(tmp_pa
 
 
 @pytest.mark.skipif(not os.path.exists("/proc/stat"), reason="the load meter reads /proc")
-def test_load_meter_does_not_count_the_benchmarks_own_work():
-    meter = harness.LoadMeter([])
-    meter.start()
-    end = time.perf_counter() + 0.3
+def test_load_from_others_does_not_count_the_benchmarks_own_work():
+    pids = [os.getpid()]
+    start, before = time.perf_counter(), harness.cpu_seconds(pids)
+    end = start + 0.3
     while time.perf_counter() < end:  # this process keeps one core busy: its own, so not "other" load
         pass
-    load = meter.stop()
+    after = harness.cpu_seconds(pids)
+    assert after[1] - before[1] >= 0.2  # the busy loop is counted as this process's own
+    load = harness.others_load(before, after, time.perf_counter() - start)
     # Other processes may use the other cores meanwhile (a shared machine), but not this one's: it is subtracted.
     assert load is not None and load < harness.usable_cpus() - 0.5
+
+
+def test_load_from_others_is_unknown_without_a_reading():
+    assert harness.others_load(None, (5.0, 1.0), 1.0) is None
+    assert harness.others_load((1.0, 0.5), (4.0, 1.5), 2.0) == pytest.approx(1.0)  # (3 s busy - 1 s own) / 2 s

@@ -138,3 +138,12 @@ def test_load_results_refuses_a_missing_or_malformed_input(tmp_path, content, me
         assert json.dumps(report.load_results.__doc__)  # the directory form reads the same file
         with pytest.raises(ConfigError, match=message):
             report.load_results(str(tmp_path))
+
+
+def test_efficiency_is_throughput_per_device_relative_to_the_smallest_count():
+    def row(devices, samples_per_s, framework="torch"):
+        return {"framework": framework, "variant": "eager", "step": "train", "sweep": {"field": "devices",
+                "value": devices}, "step_s": {"median": 1.0}, "samples_per_s": samples_per_s}
+    rows = [row(1, 100.0), row(2, 150.0), row(4, 200.0), row(2, 80.0, "jax")]
+    report.add_efficiency(rows)
+    assert [r["efficiency"] for r in rows] == pytest.approx([1.0, 0.75, 0.5, 1.0])  # 150 / (2 × 100), 200 / (4 × 100)
