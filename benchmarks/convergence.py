@@ -18,7 +18,6 @@ from common.data import prepare_data
 from common.errors import ConfigError
 from common.metrics import evaluations, read_metrics, training_steps
 
-TWIN_MODULES = {"torch": "torch_impl.train", "jax": "jax_impl.train"}
 QUICK_CONFIG = dict(embed_dim=16, hidden_dim=16, seq_len=40, epochs=2)
 QUICK_MAX_TEXTS = 2000  # --quick trains on a seeded slice of the corpus
 
@@ -28,7 +27,7 @@ class RunResult:
     framework: str
     seed: int
     records: list[dict[str, Any]]  # the run's metrics JSONL
-    wall_s: float  # the whole subprocess, data loading and evaluation included
+    wall_s: float  # the whole run in its worker, data loading and evaluation included
 
 
 def run_twin(framework: str, cfg: Config, seed: int, out: Path, timeout_s: float) -> RunResult:

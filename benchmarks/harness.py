@@ -1,10 +1,12 @@
 """Every subprocess of the benchmark, and the paired, interleaved rounds that take every speed figure.
 
-Each entry (a variant at a configuration, or a twin at a device count) gets persistent workers of its own (one
-per torch rank) that build, compile and warm the twin once. Then, round after round and for each step kind, the
-entries time their steps in turn, the order rotated by one place each round; an entry's round time is the median
-of its steps there. Each round records the load from other processes (``busy``: above half the usable cores).
-Every process gets a session of its own, so a timeout or Ctrl-C ends it and whatever it started.
+Every mode runs its work in persistent workers (:class:`Worker`, ``python -m benchmarks.worker``): convergence asks
+one per run to train, and each speed entry (a variant at a configuration: the base run, a sweep point, a device
+count) gets its own (one per torch rank) that builds, compiles and warms the twin once. Then, round after round
+and for each step kind, the entries time their steps in turn, the order rotated by one place each round; an
+entry's round time is the median of its steps there. Each round records the load from other processes (``busy``:
+above half the usable cores). Every process gets a session of its own, so a timeout or Ctrl-C ends it and
+whatever it started.
 """
 from __future__ import annotations
 
