@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import importlib.util
-import statistics
 import sys
 import time
 from datetime import datetime
