@@ -15,7 +15,7 @@ from benchmarks import flops
 from benchmarks.plan import BASELINE
 from common.errors import ConfigError
 
-SCHEMA_VERSION = 3  # 3: scaling is a sweep of devices; rounds lose waited_s
+SCHEMA_VERSION = 3
 RESAMPLES = 10_000
 METHOD = (f"median of per-round ratios (baseline s / variant s) over paired, interleaved rounds; 95% interval: "
           f"percentile bootstrap over the rounds ({RESAMPLES} resamples, seed 0)")

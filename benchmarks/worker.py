@@ -152,7 +152,6 @@ class Bench:
         return twin, self.side.adopt(twin, self.params, hooks)
 
     def setup(self, msg: dict) -> dict:
-        self.side = self.side or (TorchSide if self.framework == "torch" else JaxSide)(msg["threads"])
         cfg, hooks = Config(**msg["config"]), msg["hooks"]
         data, self.cfg = prepare_data(cfg), cfg
         epochs = (enumerate(batches(data.train, cfg.batch_size, shuffle_seed=cfg.seed, epoch=epoch))
@@ -209,10 +208,11 @@ class Bench:
 
     def handle(self, msg: dict) -> dict:
         op, n = msg["op"], msg.get("n")
+        if op in ("setup", "train"):  # the first request: it sets the framework's threads before anything runs
+            self.side = self.side or (TorchSide if self.framework == "torch" else JaxSide)(msg["threads"])
         if op == "setup":
             return self.setup(msg)
         if op == "train":  # convergence mode: the trainer's whole run
-            self.side = self.side or (TorchSide if self.framework == "torch" else JaxSide)(msg["threads"])
             self.side.trainer.train(Config(**msg["config"]))
             return {"trained": True}
         if op == "steps":
