@@ -273,7 +273,7 @@ def _set_up(e: Entry, plan: Plan, device: str, work: Path, entries: dict) -> lis
 def _parity_and_peak(ok: list[Member], plan: Plan, out: dict) -> None:
     for m in (m for m in ok if plan.parity_steps and m.entry.parity):
         reply = m.request({"op": "parity", "n": plan.parity_steps})
-        out["parity"][m.entry.framework] = reply.get("losses") or reply.get("error") or reply.get("user_error")
+        out["parity"][m.entry.label] = reply.get("losses") or reply.get("error") or reply.get("user_error")
     for framework in dict.fromkeys(m.entry.framework for m in ok) if plan.gemm_n else ():  # one worker per library
         reply = next(m for m in ok if m.entry.framework == framework).request({"op": "gemm", "n": plan.gemm_n})
         for library, v in reply.get("gemm", {}).items():

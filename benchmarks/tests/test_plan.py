@@ -41,7 +41,7 @@ def test_variants_are_trainer_configs_with_the_stated_change():
     assert plan.variant("jax:nofold").changes == {"embed_fold": False}
     assert plan.variant("jax:cudnn").changes == {"lstm_impl": "cudnn"}
     assert plan.variant("torch:eager").changes == {} and plan.variant("jax:jit").changes == {}
-    assert [v.label for v in plan.VARIANTS if v.parity] == ["torch:eager", "jax:jit"]
+    assert [v.label for v in plan.VARIANTS if v.parity] == ["torch:eager", "jax:jit", "jax:cudnn"]
     assert plan.BASELINE == "torch:eager"
 
 

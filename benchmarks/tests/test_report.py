@@ -83,11 +83,13 @@ def test_gemm_peak_is_the_best_measurement_on_the_benchmark_device():
     assert report.gemm_peak(measured, "cpu")["backend"] == "numpy"
 
 
-def test_parity_reports_the_largest_loss_difference():
-    out = report.parity({"torch": [0.7, 0.6, 0.5], "jax": [0.7, 0.6000004, 0.4999999]}, 3)
-    assert out["status"] == "ok"
-    assert out["max_abs_dloss"] == pytest.approx(4e-7, rel=1e-3)
-    assert report.parity({"torch": [0.7]}, 3)["status"].startswith("skipped")
+def test_parity_reports_each_variants_largest_loss_difference_from_the_baseline():
+    out = report.parity({"torch:eager": [0.7, 0.6, 0.5], "jax:jit": [0.7, 0.6000004, 0.4999999],
+                         "jax:cudnn": [0.7, 0.6, 0.5002]}, 3)
+    assert out["status"] == "ok" and out["baseline"] == "torch:eager"
+    assert out["max_abs_dloss"] == {"jax:jit": pytest.approx(4e-7, rel=1e-3), "jax:cudnn": pytest.approx(2e-4)}
+    assert report.parity({"torch:eager": [0.7]}, 3)["status"].startswith("skipped")
+    assert report.parity({"jax:jit": [0.7]}, 3)["status"].startswith("skipped: needs torch:eager")
     assert report.parity({}, 0)["status"] == "skipped (--parity-steps 0)"
 
 

@@ -70,12 +70,14 @@ def test_cudnn_on_the_cpu_is_one_line_and_exit_status_2(capsys):
 @pytest.mark.gpu
 @pytest.mark.skipif(not GPUS, reason=f"needs a CUDA GPU seen by JAX (its platforms here: "
                                      f"{sorted({d.platform for d in jax.devices()})})")
-@pytest.mark.parametrize("masked", [False, True])
-def test_cudnn_stack_computes_the_fused_stacks_carries_and_gradients_dropout_included(setup, masked):
+@pytest.mark.parametrize("masked", [False, True], ids=["full", "ragged"])
+@pytest.mark.parametrize("dropout", [False, True], ids=["one-call-of-the-whole-stack", "a-call-per-layer"])
+def test_cudnn_stack_computes_the_fused_stacks_carries_and_gradients(setup, masked, dropout):
     params, tokens, carry, weights, lengths = setup
     lengths = lengths if masked else None
     table = jnp.asarray(params["embedding.weight"])
-    masks = [jax.random.bernoulli(jax.random.key(1), 0.5, (T, B, H)).astype(jnp.float32) * 2.0]
+    # Without masks (evaluation, dropout 0) cuDNN runs both layers in one call, whose weight layout is tested here.
+    masks = [jax.random.bernoulli(jax.random.key(1), 0.5, (T, B, H)).astype(jnp.float32) * 2.0] if dropout else None
 
     def loss(impl, table, weights, carry):
         finals = impl(table, tokens, weights, carry, lengths, masks)
