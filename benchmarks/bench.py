@@ -21,7 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script from any directory
 
-from benchmarks import convergence, harness, plan, plots, report  # noqa: E402
+from benchmarks import convergence, harness, plan, plots, report, schema  # noqa: E402
 from common.config import Config, Parser, config_from_namespace, field_names, flag, make_parser  # noqa: E402
 from common.errors import ConfigError, cli_main  # noqa: E402
 
@@ -130,7 +130,7 @@ def measure(cfg: Config, variants, s: dict, base: bool) -> tuple[dict, dict]:
     configs by label)``, each variant's Config as the trainers would get it. ``cfg.devices`` > 1 runs torch as that
     many DDP ranks (the threads split between them) and JAX over that many devices (simulated on a CPU)."""
     n = cfg.devices if cfg.devices > 1 else 1
-    entries = [harness.Entry(v.label, v.framework, {**cfg.to_dict(), **v.changes}, v.hooks, few_steps=v.few_steps,
+    entries = [harness.Entry(v.label, v.framework, {**cfg.to_dict(), **v.changes}, few_steps=v.few_steps,
                              parity=v.parity, timeout_s=s["timeout_s"], ranks=n if v.framework == "torch" else 1,
                              threads=max(1, s["threads"] // n) if v.framework == "torch" else s["threads"],
                              xla_devices=n if v.framework == "jax" and n > 1 else 0) for v in variants]
@@ -143,10 +143,10 @@ def speed_main(ns: argparse.Namespace, cfg: Config, s: dict, frameworks: list[st
     variants = plan.select_variants(ns.variants, frameworks, "gpu" if s["device"] == "gpu" else "cpu")
     out, environment, start = output_dir(ns.out), harness.environment(), time.perf_counter()
     session, configs = measure(cfg, variants, s, base=True)
-    ok = [e for e in session["entries"].values() if e["status"] == "ok"]
+    ok = [e.setup for e in session.entries.values() if e.status == "ok"]
     if not ok:  # e.g. --device gpu without a GPU
-        raise ConfigError("no variant ran: " + next(iter(session["entries"].values()))["error"])
-    peak = report.gemm_peak(session["gemm"], ok[0]["setup"]["info"]["device"])
+        raise ConfigError("no variant ran: " + next(iter(session.entries.values())).error)
+    peak = report.gemm_peak(session.gemm, ok[0].info["device"])
     rows, comparisons = report.rows_for(session, configs, None, peak["gflop_s"]), report.comparisons_for(session, None)
     sweep_rounds: dict[str, list] = {}
     main = [v for v in variants if v.main] or [v for v in plan.VARIANTS if v.main and v.framework in frameworks]
@@ -156,22 +156,21 @@ def speed_main(ns: argparse.Namespace, cfg: Config, s: dict, frameworks: list[st
             point, point_configs = measure(cfg.replace(**{sweep.field: value}), main, s, base=False)
             rows += report.rows_for(point, point_configs, where, peak["gflop_s"])
             comparisons += report.comparisons_for(point, where)
-            sweep_rounds[f"{sweep.field}={value}"] = [r for kind in point["rounds"].values() for r in kind]
-    info = {k.split(":")[0]: e["setup"]["info"] for k, e in session["entries"].items() if e.get("setup")}
+            sweep_rounds[f"{sweep.field}={value}"] = [r for kind in point.rounds.values() for r in kind]
+    info = {k.split(":")[0]: e.setup.info for k, e in session.entries.items() if e.setup}
     environment.update({key: {k: i[key] for k, i in info.items()} for key in ("threads", "precision")},
                        devices={k: i["device_name"] for k, i in info.items()},
                        xla_env=info.get("jax", {}).get("xla_env"))
-    doc = {"schema_version": report.SCHEMA_VERSION, "command": ["benchmarks/bench.py", *argv],
-           "environment": environment, "settings": {**s, "frameworks": frameworks,
-                                                    "sweeps": [dataclasses.asdict(x) for x in s["sweeps"]]},
-           "base_config": cfg.to_dict(), "vocab_size": ok[0]["setup"]["vocab_size"],
-           "variants": {v.label: v.description for v in variants}, "gemm_peak_gflop_s": peak["gflop_s"],
-           "gemm_peak": peak, "results": rows, "comparisons": comparisons, "rounds": session["rounds"],
-           "sweep_rounds": sweep_rounds, "parity": report.parity(session["parity"], s["parity_steps"])}
-    environment.update(load_average_end=harness.load_average(), run_wall_s=time.perf_counter() - start)
     report.add_efficiency(rows)
-    doc["warnings"] = report.warnings(rows, [r for v in session["rounds"].values() for r in v])
-    report.write_json(doc, out / "results.json")
+    environment.update(load_average_end=harness.load_average(), run_wall_s=time.perf_counter() - start)
+    run = schema.Run(
+        schema.SCHEMA_VERSION, ["benchmarks/bench.py", *argv], environment,
+        {**s, "frameworks": frameworks, "sweeps": [dataclasses.asdict(x) for x in s["sweeps"]]}, cfg.to_dict(),
+        ok[0].vocab_size, {v.label: v.description for v in variants}, peak, rows, comparisons, session.rounds,
+        sweep_rounds, report.parity(session.parity, s["parity_steps"]),
+        report.warnings(rows, [r for v in session.rounds.values() for r in v]))
+    schema.write_json(run, out / "results.json")
+    doc = dataclasses.asdict(run)  # the reports read what results.json holds
     charts = plots.write_charts(doc, out)
     (out / "results.md").write_text(report.render(doc, charts, markdown=True), encoding="utf-8")
     print(report.render(doc))
@@ -186,7 +185,7 @@ def compare_main(argv: list[str]) -> int:
     parser.add_argument("run_b")
     parser.add_argument("--out", default=None, help="also write the table as Markdown to this file")
     ns = parser.parse_args(argv)
-    a, b = report.load_results(ns.run_a), report.load_results(ns.run_b)
+    a, b = schema.read_run(ns.run_a), schema.read_run(ns.run_b)
     print(report.compare(a, b, (ns.run_a, ns.run_b), markdown=False), end="")
     if ns.out:
         try:

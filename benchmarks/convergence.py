@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
-from benchmarks import harness, plots, report
+from benchmarks import harness, plots, report, schema
 from common.batches import num_train_batches
 from common.config import Config
 from common.data import prepare_data
@@ -185,7 +185,7 @@ def main(cfg: Config, frameworks: Sequence[str], seeds: Sequence[int], target: f
            "split_sizes": {"train": len(data.train), "val": len(data.val), "test": len(data.test)},
            "runs": runs, "summary": aggregate(runs, frameworks), "baselines": classical_baselines(cfg),
            "environment": harness.environment(), "command": command, "run_wall_s": time.perf_counter() - start}
-    report.write_json(doc, out / "results.json")
+    schema.write_json(doc, out / "results.json")
     plots.convergence_curves(doc, out / "convergence.png")
     tables = markdown_tables(doc)
     (out / "results.md").write_text(f"# Convergence\n\n{tables}\n\n![convergence.png](convergence.png)\n",

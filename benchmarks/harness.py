@@ -23,9 +23,11 @@ import sys
 import tempfile
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
+
+from benchmarks.schema import EntryResult, Round, Session, Setup
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 REPLY_TAG = "@@ "  # a worker's answer line; anything else on its stdout is ignored
@@ -168,7 +170,6 @@ class Entry:
     label: str
     framework: str
     config: dict  # Config fields, validated by the worker (a choice this Config lacks makes a skipped entry)
-    hooks: dict = field(default_factory=dict)
     threads: int = 1
     few_steps: bool = False  # one training step per round
     parity: bool = False  # runs the parity steps
@@ -216,66 +217,65 @@ class Member:
             w.close()
 
 
-def run(entries: list[Entry], plan: Plan, device: str, progress: bool = True) -> dict:
-    """``{"entries": {label: {status, error, setup, round_s}}, "rounds": {kind: [{order, load, busy}]}, "parity",
-    "gemm"}``. An entry that raised a user error is ``skipped``; one that crashed or overran ``failed``/``timeout``."""
+def run(entries: list[Entry], plan: Plan, device: str, progress: bool = True) -> Session:
+    """Every entry set up, then ``plan.rounds`` paired rounds, then parity and the GEMM peak. An entry that raised a
+    user error is ``skipped``; one that crashed or overran ``failed``/``timeout``."""
     from tqdm import tqdm
 
-    out: dict = {"entries": {}, "rounds": {k: [] for k in plan.phases}, "parity": {}, "gemm": {}}
+    out = Session(entries={}, rounds={k: [] for k in plan.phases})
     live: list[Member] = []
     with tempfile.TemporaryDirectory(prefix="bench-") as work, \
             tqdm(total=len(entries) + plan.rounds, unit="stage", file=sys.stderr, disable=not progress) as bar:
         try:
             for e in entries:
                 bar.set_description(f"set up {e.label}")
-                live += _set_up(e, plan, device, Path(work), out["entries"])
+                live += _set_up(e, plan, device, Path(work), out.entries)
                 bar.update()
             pids = [os.getpid(), *(w.proc.pid for m in live for w in m.workers)]
             for r in range(plan.rounds):
                 bar.set_description(f"round {r + 1}/{plan.rounds}")
                 for kind in plan.phases:
-                    ok = [m for m in live if out["entries"][m.entry.label]["status"] == "ok"]
+                    ok = [m for m in live if out.entries[m.entry.label].status == "ok"]
                     order = ok[r % len(ok):] + ok[:r % len(ok)] if ok else []
                     start, before = time.perf_counter(), cpu_seconds(pids)
                     for m in order:
-                        e = out["entries"][m.entry.label]
-                        reply = m.request({"op": "steps", "kind": kind, "n": e["steps_per_round"][kind]})
+                        e = out.entries[m.entry.label]
+                        reply = m.request({"op": "steps", "kind": kind, "n": e.steps_per_round[kind]})
                         if "step_s" in reply:
-                            e["round_s"][kind].append(statistics.median(reply["step_s"]))
+                            e.round_s[kind].append(statistics.median(reply["step_s"]))
                         else:  # lost mid-run: its rounds so far stay, the row says why it stopped
-                            e.update(status="timeout" if reply.get("timed_out") else "failed", error=reply.get("error"))
+                            e.status, e.error = "timeout" if reply.get("timed_out") else "failed", reply.get("error")
                     load = others_load(before, cpu_seconds(pids), time.perf_counter() - start)
-                    out["rounds"][kind].append({"order": [m.entry.label for m in order], "load": load,
-                                                "busy": load is not None and load > 0.5 * usable_cpus()})
+                    out.rounds[kind].append(Round([m.entry.label for m in order], load,
+                                                  load is not None and load > 0.5 * usable_cpus()))
                 bar.update()
-            _parity_and_peak([m for m in live if out["entries"][m.entry.label]["status"] == "ok"], plan, out)
+            _parity_and_peak([m for m in live if out.entries[m.entry.label].status == "ok"], plan, out)
         finally:
             for m in live:
                 m.close()
     return out
 
 
-def _set_up(e: Entry, plan: Plan, device: str, work: Path, entries: dict) -> list[Member]:
+def _set_up(e: Entry, plan: Plan, device: str, work: Path, entries: dict[str, EntryResult]) -> list[Member]:
     member = Member(e, device, work)
-    need = 1 + plan.warmup + plan.rounds * max(plan.steps, plan.eval_steps)
-    reply = member.request({"op": "setup", "config": e.config, "hooks": e.hooks, "threads": e.threads,
-                            "warmup": plan.warmup, "phases": plan.phases, "n_train": max(need, plan.parity_steps)})
+    reply = member.request({"op": "setup", "config": e.config, "threads": e.threads,
+                            "warmup": plan.warmup, "phases": plan.phases})
     if "error" in reply or "user_error" in reply:
         member.close()
         status = "skipped" if "user_error" in reply else "timeout" if reply.get("timed_out") else "failed"
-        entries[e.label] = {"status": status, "error": reply.get("user_error") or reply["error"]}
+        entries[e.label] = EntryResult(status, reply.get("user_error") or reply["error"])
         return []
-    entries[e.label] = {"status": "ok", "error": None, "setup": reply, "round_s": {k: [] for k in plan.phases},
-                        "steps_per_round": {"train": 1 if e.few_steps else plan.steps, "eval": plan.eval_steps}}
+    entries[e.label] = EntryResult("ok", None, Setup(**reply), {k: [] for k in plan.phases},
+                                   {"train": 1 if e.few_steps else plan.steps, "eval": plan.eval_steps})
     return [member]
 
 
-def _parity_and_peak(ok: list[Member], plan: Plan, out: dict) -> None:
+def _parity_and_peak(ok: list[Member], plan: Plan, out: Session) -> None:
     for m in (m for m in ok if plan.parity_steps and m.entry.parity):
         reply = m.request({"op": "parity", "n": plan.parity_steps})
-        out["parity"][m.entry.label] = reply.get("losses") or reply.get("error") or reply.get("user_error")
+        out.parity[m.entry.label] = reply.get("losses") or reply.get("error") or reply.get("user_error")
     for framework in dict.fromkeys(m.entry.framework for m in ok) if plan.gemm_n else ():  # one worker per library
         reply = next(m for m in ok if m.entry.framework == framework).request({"op": "gemm", "n": plan.gemm_n})
         for library, v in reply.get("gemm", {}).items():
-            if library not in out["gemm"] or v["gflop_s"] > out["gemm"][library]["gflop_s"]:
-                out["gemm"][library] = v
+            if library not in out.gemm or v["gflop_s"] > out.gemm[library]["gflop_s"]:
+                out.gemm[library] = v

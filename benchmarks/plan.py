@@ -1,5 +1,5 @@
-"""What a benchmark run measures: the variants (a twin as the trainers' Config makes it, plus a hook on the built
-twin for the benchmark-only rows), the sweeps of one Config field, and the quick configuration."""
+"""What a benchmark run measures: the variants (each a set of Config fields: exactly what a trainer can be asked to
+run), the sweeps of one Config field, and the quick configuration."""
 from __future__ import annotations
 
 import dataclasses
@@ -22,7 +22,6 @@ class Variant:
     description: str
     default_on: tuple[str, ...] = ()  # devices ("cpu", "gpu") where a run without --variants includes it
     changes: dict = field(default_factory=dict)  # Config fields it sets (what the trainers would be given)
-    hooks: dict = field(default_factory=dict)  # what the worker does to the twin it built (benchmark-only rows)
     main: bool = False  # sweeps run it
     parity: bool = False  # the parity run uses it
     few_steps: bool = False  # slow by design: one training step per round
@@ -37,7 +36,8 @@ VARIANTS = (
             "flushed to zero as XLA does", BOTH, main=True, parity=True),
     Variant("torch", "eager-defaults", "the same with PyTorch's defaults (denormals kept), one training step per "
             "round", CPU, {"flush_denormal": False}, few_steps=True),
-    Variant("torch", "compile", "torch.compile(model), default settings", hooks={"compile_model": True}),
+    Variant("torch", "compile", "torch.compile(model), default settings (--torch-compile)",
+            changes={"torch_compile": True}),
     Variant("jax", "jit", "jax_impl.train's jitted steps: the fused recurrence with the embedding folded into layer "
             "0's input projection", BOTH, main=True, parity=True),
     Variant("jax", "nofold", "the same without the fold (--no-embed-fold), as nn.LSTM computes it", CPU,
@@ -45,8 +45,6 @@ VARIANTS = (
     Variant("jax", "cudnn", "cuDNN's fused LSTM through jax.experimental.rnn", BOTH, {"lstm_impl": "cudnn"},
             parity=True),
     Variant("jax", "scan", "the reference path: Flax nn.RNN over the cell, a lax.scan", changes={"lstm_impl": "scan"}),
-    *(Variant("jax", f"unroll-{k}", f"the reference scan unrolled {k} steps per loop iteration",
-              changes={"lstm_impl": "scan"}, hooks={"unroll": k}) for k in (2, 4, 8, 16)),
 )
 
 QUICK_CONFIG = {"embed_dim": 16, "hidden_dim": 16, "seq_len": 16, "batch_size": 8}

@@ -13,9 +13,8 @@ import numpy as np
 
 from benchmarks import flops
 from benchmarks.plan import BASELINE
+from benchmarks.schema import Comparison, Round, Row, Session, Setup, Spread
 from common.errors import ConfigError
-
-SCHEMA_VERSION = 3
 RESAMPLES = 10_000
 METHOD = (f"median of per-round ratios (baseline s / variant s) over paired, interleaved rounds; 95% interval: "
           f"percentile bootstrap over the rounds ({RESAMPLES} resamples, seed 0)")
@@ -38,52 +37,48 @@ def paired_ratio(base_s: Sequence[float], variant_s: Sequence[float], seed: int 
     return float(np.median(ratios)), [float(low), float(high)]
 
 
-def rows_for(session: dict, configs: dict[str, dict], sweep: dict | None, peak: float | None) -> list[dict]:
-    """One row per entry and step kind (the README's schema)."""
+def rows_for(session: Session, configs: dict[str, dict], sweep: dict | None, peak: float | None) -> list[Row]:
+    """One row per entry and step kind."""
     rows = []
-    for name, e in session["entries"].items():
+    for name, e in session.entries.items():
         cfg = SimpleNamespace(**configs[name])  # not a Config: a skipped variant's choice may not validate
-        setup = e.get("setup", {})
-        record, info = setup.get("record", {}), setup.get("info", {})
-        gpu, folds = info.get("device") == "cuda", record.get("lstm_impl") == "fused" and cfg.embed_fold
-        for kind in (k for k in ("train", "eval") if k in session["rounds"]):
-            phase, times = setup.get("phases", {}).get(kind, {}), e.get("round_s", {}).get(kind, [])
+        setup = e.setup or Setup(0, {}, {}, {})
+        record, info = setup.record, setup.info
+        folds = record.get("lstm_impl") == "fused" and cfg.embed_fold
+        for kind in (k for k in ("train", "eval") if k in session.rounds):
+            phase, times = setup.phases.get(kind, {}), e.round_s.get(kind, [])
             model = flops.step_flops(cfg, kind) / 1e9
-            p25, median, p75 = (float(x) for x in np.percentile(times, [25, 50, 75])) if times else (None,) * 3
-            rows.append({
-                "framework": name.split(":")[0], "variant": name.split(":", 1)[1], "step": kind, "sweep": sweep,
-                "status": e["status"], "error": e["error"], "lstm_impl": record.get("lstm_impl"),
-                "config": configs[name], "device": info.get("device"),
-                "device_name": info.get("device_name"), "flush_denormal": record.get("flush_denormal"),
-                "allow_tf32": record.get("allow_tf32"), "compile_s": phase.get("compile_s"),
-                "lower_s": phase.get("lower_s"), "first_step_s": phase.get("first_step_s"),
-                "step_s": {"median": median, "p25": p25, "p75": p75} if times else None, "rounds": len(times),
-                "steps_per_round": e.get("steps_per_round", {}).get(kind), "round_s": times,
-                "samples_per_s": median and cfg.batch_size / median,
-                "tokens_per_s": median and cfg.batch_size * cfg.seq_len / median,
-                "achieved_gflop_s": median and model / median, "utilisation": median and peak and model / median / peak,
-                "peak_mem_mb": phase.get("peak_device_mb" if gpu else "peak_rss_mb"),
-                "mem_kind": "device peak allocated" if gpu else "process peak RSS",
-                "model_gflop_per_step": model, "gflop_per_step": model,
-                "executed_gflop_per_step": flops.executed_step_flops(cfg, kind, setup["vocab_size"], folds) / 1e9
-                if setup else None, "threads": info.get("threads"), "precision": info.get("precision"),
-                "compile_info": setup.get("compile_info")})
+            spread = Spread(*(float(x) for x in np.percentile(times, [50, 25, 75]))) if times else None
+            median = spread and spread.median
+            rows.append(Row(
+                framework=name.split(":")[0], variant=name.split(":", 1)[1], step=kind, sweep=sweep, status=e.status,
+                error=e.error, config=configs[name], lstm_impl=record.get("lstm_impl"),
+                device_name=info.get("device_name"), flush_denormal=record.get("flush_denormal"),
+                threads=info.get("threads"),
+                compile_s=phase.get("compile_s"), lower_s=phase.get("lower_s"), first_step_s=phase.get("first_step_s"),
+                step_s=spread, rounds=len(times), steps_per_round=e.steps_per_round.get(kind), round_s=times,
+                samples_per_s=median and cfg.batch_size / median, model_gflop_per_step=model,
+                executed_gflop_per_step=flops.executed_step_flops(cfg, kind, setup.vocab_size, folds) / 1e9
+                if e.setup else None, achieved_gflop_s=median and model / median,
+                utilisation=median and peak and model / median / peak,
+                peak_mem_mb=phase.get("peak_device_mb" if info.get("device") == "cuda" else "peak_rss_mb"),
+                compile_info=setup.compile_info))
     return rows
 
 
-def comparisons_for(session: dict, sweep: dict | None) -> list[dict]:
+def comparisons_for(session: Session, sweep: dict | None) -> list[Comparison]:
     """Every measured variant against :data:`BASELINE`, per step kind, over the rounds both have."""
     out = []
-    for kind, rounds in session["rounds"].items():
-        base_s = session["entries"].get(BASELINE, {}).get("round_s", {}).get(kind)
-        for name, e in session["entries"].items():
-            times = e.get("round_s", {}).get(kind)
+    base = session.entries.get(BASELINE)
+    for kind, rounds in session.rounds.items():
+        base_s = base.round_s.get(kind) if base else None
+        for name, e in session.entries.items():
+            times = e.round_s.get(kind)
             if name != BASELINE and times and base_s:
                 ratio, ci = paired_ratio(base_s, times)
                 n = min(len(base_s), len(times))
-                out.append({"baseline": BASELINE, "variant": name, "step": kind, "ratio": ratio, "ci95": ci,
-                            "rounds": n, "busy_rounds": sum(r["busy"] for r in rounds[:n]), "method": METHOD,
-                            "sweep": sweep})
+                out.append(Comparison(BASELINE, name, kind, sweep, ratio, ci, n, sum(r.busy for r in rounds[:n]),
+                                      METHOD))
     return out
 
 
@@ -106,23 +101,19 @@ def parity(losses: dict, steps: int) -> dict:
             "status": status}
 
 
-def warnings(rows: Sequence[dict], rounds: Sequence[dict]) -> list[str]:
+def warnings(rows: Sequence[Row], rounds: Sequence[Round]) -> list[str]:
     """What makes this run's numbers less comparable than they look."""
     out = []
-    devices = {r["framework"]: r["device_name"] for r in rows if r["device_name"]}
+    devices = {r.framework: r.device_name for r in rows if r.device_name}
     if len(set(devices.values())) > 1:
         out.append(f"the twins ran on different devices ({devices}): their times are not comparable")
-    if any((r["utilisation"] or 0) > 1 for r in rows):
+    if any((r.utilisation or 0) > 1 for r in rows):
         out.append("a variant's achieved FLOP/s exceeds the measured GEMM peak: the peak measurement was disturbed "
                    "(other work on the machine?), so utilisation figures are unreliable")
-    if sum(r["busy"] for r in rounds):
-        out.append(f"{sum(r['busy'] for r in rounds)} of {len(rounds)} rounds ran while other processes used more "
+    if sum(r.busy for r in rounds):
+        out.append(f"{sum(r.busy for r in rounds)} of {len(rounds)} rounds ran while other processes used more "
                    "than half the cores (busy in results.json): times are inflated, paired ratios less so")
     return out
-
-
-def write_json(doc: dict, path: Path) -> None:
-    path.write_text(json.dumps(doc, indent=1, ensure_ascii=False, default=str) + "\n", encoding="utf-8")
 
 
 def _fmt(x: Any, spec: str) -> str:
@@ -173,14 +164,13 @@ def sweep_rows(doc: dict, name: str) -> list[list[str]]:
     return out
 
 
-def add_efficiency(rows: list[dict]) -> None:
+def add_efficiency(rows: list[Row]) -> None:
     """Rows of a sweep of ``devices``: throughput per device relative to the smallest count (1.0: linear)."""
-    scaled = [r for r in rows
-              if r["sweep"] and r["sweep"]["field"] == "devices" and r["sweep"]["value"] and r["step_s"]]
+    scaled = [r for r in rows if r.sweep and r.sweep["field"] == "devices" and r.sweep["value"] and r.step_s]
     for r in scaled:
-        first = min((x for x in scaled if label(x) == label(r) and x["step"] == r["step"]),
-                    key=lambda x: x["sweep"]["value"])
-        r["efficiency"] = r["samples_per_s"] * first["sweep"]["value"] / (r["sweep"]["value"] * first["samples_per_s"])
+        first = min((x for x in scaled if (x.framework, x.variant, x.step) == (r.framework, r.variant, r.step)),
+                    key=lambda x: x.sweep["value"])
+        r.efficiency = r.samples_per_s * first.sweep["value"] / (r.sweep["value"] * first.samples_per_s)
 
 
 def table(columns: Sequence[str], rows: Sequence[Sequence[str]], markdown: bool) -> str:
@@ -240,22 +230,6 @@ def render(doc: dict, charts: Sequence[str] = (), markdown: bool = False) -> str
     if markdown:
         out += ["", "## Charts", ""] + [f"![{c}]({c})" for c in charts]
     return "\n".join(out) + "\n"
-
-
-def load_results(spec: str) -> dict:
-    """A results directory or results.json → its document; anything else is a ConfigError naming it."""
-    path = Path(spec) / "results.json" if Path(spec).is_dir() else Path(spec)
-    try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-        if not isinstance(doc, dict) or not isinstance(doc.get("results"), list) or not all(
-                isinstance(r, dict) and {"framework", "variant", "step", "step_s", "sweep"} <= r.keys()
-                for r in doc["results"]):
-            raise ValueError("no benchmark result rows")
-    except FileNotFoundError:
-        raise ConfigError(f"compare: {spec}: no such results directory or results.json") from None
-    except (OSError, ValueError) as err:
-        raise ConfigError(f"compare: {path}: not a bench results.json ({str(err).splitlines()[0]})") from None
-    return doc
 
 
 def compare(a: dict, b: dict, names: Sequence[str], markdown: bool) -> str:

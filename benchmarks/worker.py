@@ -24,6 +24,7 @@ from common.batches import batches
 from common.config import Config
 from common.data import prepare_data
 from common.errors import UserError
+from common.loop import train_steps
 from common.params import init_params
 
 
@@ -47,12 +48,8 @@ class TorchSide:
         torch.set_num_threads(threads)
         self.torch, self.trainer = torch, train
 
-    def adopt(self, twin, params, hooks: dict):
-        """The twin's state from ``params``, and the benchmark-only ``hooks`` applied to it."""
-        self.device, state = twin.device, twin.init_state(params)
-        if hooks.get("compile_model"):
-            twin.model = state.model = self.torch.compile(state.model)
-        return state
+    def adopt(self, twin, cfg: Config) -> None:
+        self.device = self.torch.device(twin.record["device"])
 
     def sync(self) -> None:
         if self.device.type == "cuda":
@@ -69,9 +66,6 @@ class TorchSide:
 
     def peak_device_mb(self) -> float | None:
         return self.torch.cuda.max_memory_allocated() / 2**20 if self.device.type == "cuda" else None
-
-    def compile(self, twin, state, kind: str, batch) -> dict:
-        return {}  # eager: nothing ahead of the first call
 
     def gemm(self, n: int) -> dict:
         """The float32 GEMM rate at the precision the twin runs (TF32 only under --allow-tf32, on a GPU)."""
@@ -93,7 +87,7 @@ class TorchSide:
 
 
 class JaxSide:
-    """The same for the JAX twin, and its compilation ahead of the first call."""
+    """The same for the JAX twin."""
 
     def __init__(self, threads: int):
         from jax_impl import xla_env
@@ -102,23 +96,8 @@ class JaxSide:
         from jax_impl import step, train
         self.jax, self.xla_env, self.step_module, self.trainer = jax, xla_env, step, train
 
-    def adopt(self, twin, params, hooks: dict):
-        st = self.step_module
-        self.device, self.precision = st.resolve_device(twin.cfg.device), twin.record["matmul_precision"]
-        if hooks.get("unroll"):  # the reference scan, its loop unrolled
-            twin.model = twin.model.clone(unroll=hooks["unroll"])
-            twin.step, twin.evaluate = st.make_train_step(twin.model, twin.cfg), st.make_eval_step(twin.model, twin.cfg)
-        return twin.init_state(params)
-
-    def compile(self, twin, state, kind: str, batch) -> dict:
-        """``lower_s`` and ``compile_s`` (lowering included) of the jitted step; its first call reuses the result."""
-        st, t0 = self.step_module, time.perf_counter()
-        lowered = (twin.step.lower(state, twin.init_carry(), st.batch_to_device(batch, twin.place.data), twin.key)
-                   if kind == "train" else
-                   twin.evaluate.lower(state.params, st.padded_eval_batch(batch, twin.cfg.batch_size, twin.place.data)))
-        lower_s = time.perf_counter() - t0
-        lowered.compile()
-        return {"lower_s": lower_s, "compile_s": time.perf_counter() - t0}
+    def adopt(self, twin, cfg: Config) -> None:
+        self.device, self.precision = self.step_module.resolve_device(cfg.device), twin.record["matmul_precision"]
 
     def sync(self) -> None:
         pass  # every step driven here ends by reading a number from the device
@@ -146,71 +125,63 @@ class JaxSide:
 
 
 class Bench:
-    """One variant of one twin: its batches, state and carry, driven step by step."""
+    """One variant of one twin, built by its trainer's own ``twin_maker`` and stepped through the Twin protocol: its
+    training steps by :func:`common.loop.train_steps` (the loop's order and carry policy), on the real batches."""
 
     def __init__(self, framework: str):
         self.framework, self.side, self.make_twin, self.exits = framework, None, None, ExitStack()
 
-    def build(self, cfg: Config, hooks: dict):
-        """``(twin, state)``: a twin made as its trainer makes it (the trainer's set-up entered once, left at exit)."""
+    def build(self, cfg: Config):
+        """``(twin, state, its training steps)``: a twin made as its trainer makes it (the trainer's set-up entered
+        once), its state from the shared initial weights."""
         self.make_twin = self.make_twin or self.exits.enter_context(self.side.trainer.twin_maker(cfg))
-        twin = self.make_twin(cfg, self.vocab_size)
-        return twin, self.side.adopt(twin, self.params, hooks)
+        twin = self.make_twin(cfg, len(self.data.vocab))
+        state = twin.init_state(self.params)
+        return twin, state, train_steps(twin, state, self.data.train, cfg)
 
     def setup(self, msg: dict) -> dict:
-        cfg, hooks = Config(**msg["config"]), msg["hooks"]
-        data, self.cfg = prepare_data(cfg), cfg
-        epochs = (enumerate(batches(data.train, cfg.batch_size, shuffle_seed=cfg.seed, epoch=epoch))
-                  for epoch in range(msg["n_train"]))  # consecutive epochs' shuffled batches, as many as the run takes
-        taken = list(itertools.islice(itertools.chain.from_iterable(epochs), msg["n_train"]))
-        self.train, self.new_epoch = [b for _, b in taken], [i == 0 for i, _ in taken]
-        full = [b for b in batches(data.val, cfg.batch_size) if b.size == cfg.batch_size]  # one shape to time
-        self.eval, self.vocab_size = full or self.train[:1], len(data.vocab)
-        self.params = init_params(self.vocab_size, cfg.embed_dim, cfg.hidden_dim, cfg.layers, seed=cfg.seed)
-        self.twin, self.state = self.build(cfg, hooks)
-        self.carry, self.index = None, {"train": 0, "eval": 0}
-        out = {"vocab_size": self.vocab_size, "info": self.side.info(), "phases": {},
+        self.cfg = cfg = Config(**msg["config"])
+        self.data = prepare_data(cfg)
+        full = [b for b in batches(self.data.val, cfg.batch_size) if b.size == cfg.batch_size]  # one shape to time
+        self.eval = full or list(itertools.islice(batches(self.data.train, cfg.batch_size, shuffle_seed=0), 1))
+        self.params = init_params(len(self.data.vocab), cfg.embed_dim, cfg.hidden_dim, cfg.layers, seed=cfg.seed)
+        self.twin, self.state, self.train = self.build(cfg)  # evaluation reads the latest state
+        self.side.adopt(self.twin, cfg)
+        self.evals = 0
+        first = next(batches(self.data.train, cfg.batch_size, shuffle_seed=cfg.seed))
+        out = {"vocab_size": len(self.data.vocab), "info": self.side.info(), "phases": {},
                "record": {k: v for k, v in self.twin.record.items() if isinstance(v, (str, int, float, bool))}}
         for kind in msg["phases"]:  # inference first: its peak memory is read before training raises it
-            phase = self.side.compile(self.twin, self.state, kind, (self.train if kind == "train" else self.eval)[0])
+            phase = self.twin.compile(self.state, kind, first if kind == "train" else self.eval[0])
+            phase.pop("hlo", None)
             phase["first_step_s"] = self.steps(kind, 1)[0]
-            if hooks.get("compile_model"):
+            if cfg.torch_compile:
                 phase["compile_s"] = phase["first_step_s"]  # Dynamo and Inductor work inside the first call
             self.steps(kind, msg["warmup"])
             out["phases"][kind] = {**phase, "peak_device_mb": self.side.peak_device_mb(),
                                    "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}  # KiB
-        if hooks.get("compile_model"):
+        if cfg.torch_compile:
             out["compile_info"] = self.side.compile_counters()
         return out
-
-    def train_step(self, twin, state, carry, k: int):
-        """Training step ``k`` (of the run's batches), the carry reset to zeros where the trainers reset it."""
-        if carry is None or self.new_epoch[k] or self.cfg.carry == "reset":
-            carry = twin.init_carry()
-        return twin.train_step(state, carry, self.train[k])
 
     def steps(self, kind: str, n: int) -> list[float]:
         """Seconds of each of ``n`` steps (a GPU synchronised before the clock stops)."""
         out = []
         for _ in range(n):
-            start, i = time.perf_counter(), self.index[kind]
-            self.index[kind] += 1
+            start = time.perf_counter()
             if kind == "eval":
-                float(self.twin.eval_step(self.state, self.eval[i % len(self.eval)])[0])  # what evaluate() reads
+                batch, self.evals = self.eval[self.evals % len(self.eval)], self.evals + 1
+                float(self.twin.eval_step(self.state, batch)[0])  # what evaluate() reads
             else:
-                self.state, self.carry, _ = self.train_step(self.twin, self.state, self.carry, i % len(self.train))
+                self.state = next(self.train).state
             self.side.sync()
             out.append(time.perf_counter() - start)
         return out
 
     def parity(self, n: int) -> list[float]:
         """Losses of ``n`` training steps from the shared weights with dropout 0, in a twin of their own."""
-        cfg = self.cfg.replace(dropout=0.0, fc_dropout=0.0)
-        (twin, state), carry, losses = self.build(cfg, {}), None, []
-        for k in range(n):
-            state, carry, loss = self.train_step(twin, state, carry, k)
-            losses.append(loss)
-        return losses
+        _, _, steps = self.build(self.cfg.replace(dropout=0.0, fc_dropout=0.0))
+        return [s.loss for s in itertools.islice(steps, n)]
 
     def handle(self, msg: dict) -> dict:
         op, n = msg["op"], msg.get("n")

@@ -88,6 +88,8 @@ class Config:
         "flush denormal floats to zero on the CPU, as XLA always does; --no-flush-denormal keeps PyTorch's "
         "default (gradual underflow: exact, and many times slower on some CPUs once gradients get that small)",
         "run"))
+    torch_compile: bool = field(default=False, metadata=_opt(
+        "PyTorch: train and evaluate through torch.compile(model) (JAX's steps are always jit-compiled)", "run"))
     allow_tf32: bool = field(default=False, metadata=_opt(
         "let float32 matmuls and convolutions run in TF32 on GPUs that have it, in both twins (PyTorch's two "
         "allow_tf32 switches; JAX's DEFAULT precision instead of HIGHEST); the CPU has no TF32", "run"))

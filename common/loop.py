@@ -1,18 +1,22 @@
 """The one training loop: ``python -m torch_impl.train`` and ``python -m jax_impl.train`` are this loop over
 their own :class:`Twin`. Numpy batches go in; the twin's ``state`` and ``carry`` are opaque to it.
 
-    for each epoch:      carry = zeros
-        for each batch:  carry = zeros under --carry reset
-                         state, carry, loss = twin.train_step(state, carry, batch)   (the twin truncates the carry)
-                         validate every --log-every steps and at each epoch's end; --save-dir keeps the best
-                         a training checkpoint every --checkpoint-every steps and at each epoch's end
+    for step in train_steps(twin, state, train split, cfg):    # carry = zeros each epoch (each batch under
+        (state, carry, loss = twin.train_step(...) inside)     # --carry reset); the twin truncates the carry
+        validate every --log-every steps and at each epoch's end; --save-dir keeps the best
+        a training checkpoint every --checkpoint-every steps and at each epoch's end
     test: with the best validation's weights under --save-dir, else the final ones
+
+:func:`train_steps` is the one driver of a twin's training steps: the loop, the benchmark's workers and the parity
+suite all step a twin through it, so the carry policy is written once.
 """
+import itertools
 import math
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Protocol
+from typing import Any, Callable, Iterator, Protocol
 
 from tqdm import tqdm
 
@@ -69,6 +73,52 @@ class Twin(Protocol):
     def restore_state(self, path: Path, state: Any, carry: Any) -> tuple[Progress, tuple[Any, Any]]:
         """Read the training checkpoint in ``path`` (shaped like ``state`` and ``carry``); damage is a
         ``CheckpointError`` naming the file."""
+
+    def compile(self, state: Any, kind: str, batch: Batch) -> dict[str, Any]:
+        """Compile the ``kind`` ("train" or "eval") step for ``batch``'s shapes ahead of its first call, where the
+        framework does that: ``{"lower_s", "compile_s", ...}`` in seconds, or ``{}``. Used by the benchmark only."""
+
+
+@dataclass(frozen=True)
+class TrainStep:
+    """One step of :func:`train_steps`: its number (1-based, counted from the run's start), where its batch sits
+    (``epoch`` and ``index`` in it, 0-based; ``epoch_end``: the epoch's last batch), the twin's state and carry after
+    it, its loss (the batch's mean BCE, NaN if not finite) and its seconds (the twin's ``train_step`` alone)."""
+
+    number: int
+    epoch: int
+    index: int
+    epoch_end: bool
+    state: Any
+    carry: Any
+    loss: float
+    seconds: float
+
+
+def train_steps(twin: Twin, state: Any, split: EncodedSplit, cfg: Config, start: Progress = Progress(0, 0, 0),
+                carry: Any = None, epochs: int | None = None) -> Iterator[TrainStep]:
+    """``twin.train_step`` over the training batches in the twins' shared order, from ``start`` on, epoch after epoch
+    until ``epochs`` (None: without end). The carry policy lives here and nowhere else: zeros at the start of every
+    epoch, and before every batch under --carry reset; otherwise each step's returned carry goes into the next (the
+    twin truncates it). ``carry``: the one to continue with when ``start`` is inside an epoch (a resumed run)."""
+    per_epoch, number = num_train_batches(len(split), cfg.batch_size), start.step
+    if not per_epoch:
+        return
+    for epoch in itertools.count(start.epoch) if epochs is None else range(start.epoch, epochs):
+        first = start.batch if epoch == start.epoch else 0
+        if first == 0 or carry is None:
+            carry = twin.init_carry()
+        for index, batch in enumerate(batches(split, cfg.batch_size, shuffle_seed=cfg.seed, epoch=epoch, start=first),
+                                      start=first):
+            if cfg.carry == "reset":
+                carry = twin.init_carry()
+            number += 1
+            tic = time.perf_counter()
+            try:
+                state, carry, loss = twin.train_step(state, carry, batch)
+            except UserError as err:
+                raise type(err)(f"step {number}: {err}") from None
+            yield TrainStep(number, epoch, index, index + 1 == per_epoch, state, carry, loss, time.perf_counter() - tic)
 
 
 def load_run(cfg: Config) -> tuple[Config, Dataset, Params]:
@@ -139,53 +189,38 @@ def train(cfg: Config, make_twin: Callable[[Config, int], Twin]) -> dict[str, An
                                 meta={**twin.record, "step": step, "epoch": epoch + 1, "val_loss": last_val["loss"],
                                       "val_accuracy": last_val["accuracy"]})
 
+    steps = train_steps(twin, state, data.train, cfg, progress, carry, epochs=cfg.epochs)
     with metrics, tqdm(total=total, initial=step, disable=not (cfg.progress and is_main), desc="train", unit="step",
                        dynamic_ncols=True) as bar:
-        for epoch in range(progress.epoch, cfg.epochs):
-            if step >= total:
-                break
-            start = progress.batch if epoch == progress.epoch else 0
-            if start == 0 or carry is None:
-                carry = twin.init_carry()  # zeros at the start of every epoch
-            for i, batch in enumerate(batches(data.train, cfg.batch_size, shuffle_seed=cfg.seed, epoch=epoch,
-                                              start=start), start=start):
-                if cfg.carry == "reset":
-                    carry = twin.init_carry()
-                step += 1
-                tic = time.perf_counter()
-                try:
-                    state, carry, loss = twin.train_step(state, carry, batch)
-                except UserError as err:
-                    raise type(err)(f"step {step}: {err}") from None
-                train_seconds += time.perf_counter() - tic
-                finite = math.isfinite(loss)
-                if not finite:
-                    if not cfg.skip_nonfinite:
-                        raise NonFiniteError(
-                            f"step {step} (epoch {epoch + 1}): the loss or gradient is not finite (loss {loss}); "
-                            f"training stopped, the last good training checkpoint (if any) is kept. Lower --lr, "
-                            f"or pass --skip-nonfinite to skip such steps")
-                    skipped += 1
-                metrics.write(step=step, epoch=epoch + 1, loss=loss if finite else None,
-                              train_seconds=round(train_seconds, 4))
-                bar.update(1)
-                bar.set_postfix(loss=f"{loss:.4f}", refresh=False)
+        for s in itertools.islice(steps, max(0, total - step)):
+            step, state, carry, loss = s.number, s.state, s.carry, s.loss
+            train_seconds += s.seconds
+            finite = math.isfinite(loss)
+            if not finite:
+                if not cfg.skip_nonfinite:
+                    raise NonFiniteError(
+                        f"step {step} (epoch {s.epoch + 1}): the loss or gradient is not finite (loss {loss}); "
+                        f"training stopped, the last good training checkpoint (if any) is kept. Lower --lr, "
+                        f"or pass --skip-nonfinite to skip such steps")
+                skipped += 1
+            metrics.write(step=step, epoch=s.epoch + 1, loss=loss if finite else None,
+                          train_seconds=round(train_seconds, 4))
+            bar.update(1)
+            bar.set_postfix(loss=f"{loss:.4f}", refresh=False)
 
-                epoch_end, stop = i + 1 == per_epoch, step >= total
-                if cfg.log_every and step % cfg.log_every == 0:
+            stop = step >= total
+            if cfg.log_every and step % cfg.log_every == 0:
+                validate()
+                if is_main:
+                    bar.write(log_line(s.epoch + 1, cfg.epochs, step, loss, last_val["loss"], last_val["accuracy"]))
+            if s.epoch_end or stop:  # every epoch's end, and where --max-steps stops the run
+                if last_val is None or last_val["step"] != step:
                     validate()
-                    if is_main:
-                        bar.write(log_line(epoch + 1, cfg.epochs, step, loss, last_val["loss"], last_val["accuracy"]))
-                if epoch_end or stop:  # every epoch's end, and where --max-steps stops the run
-                    if last_val is None or last_val["step"] != step:
-                        validate()
-                    keep_if_best(epoch)
-                if run_dir is not None and (step % cfg.checkpoint_every == 0 or epoch_end or stop):
-                    where = (epoch + 1, 0) if epoch_end else (epoch, i + 1)
-                    twin.save_state(run_dir, Progress(step, *where, skipped, best_val_loss, settings, last_val),
-                                    state, carry, cfg.keep_checkpoints)
-                if stop:
-                    break
+                keep_if_best(s.epoch)
+            if run_dir is not None and (step % cfg.checkpoint_every == 0 or s.epoch_end or stop):
+                where = (s.epoch + 1, 0) if s.epoch_end else (s.epoch, s.index + 1)
+                twin.save_state(run_dir, Progress(step, *where, skipped, best_val_loss, settings, last_val),
+                                state, carry, cfg.keep_checkpoints)
         if last_val is None or last_val["step"] != step:  # e.g. a run of no steps
             validate()
         if cfg.save_dir and best_val_loss is not None:

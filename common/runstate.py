@@ -1,22 +1,20 @@
 """Training checkpoints for ``--checkpoint-every`` / ``--resume``: what both twins share of them.
 
     RUN_DIR/step_00000100/   one complete training checkpoint per step, written by the twin
-    RUN_DIR/step_00000200/   (JAX: an Orbax CheckpointManager step; PyTorch: :func:`write_checkpoint`)
+    RUN_DIR/step_00000200/   (JAX: an Orbax CheckpointManager step; PyTorch: torch_impl.state.write_checkpoint)
 
-The progress record, the resume's settings check, the fallback past a damaged checkpoint, and the PyTorch twin's
-atomic step writes (no library writes a directory of safetensors and JSON atomically and keeps the newest N).
+The progress record, the resume's settings check and the fallback past a damaged checkpoint.
 """
 import os
-import shutil
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
 from common.config import field_names, flag
 from common.errors import CheckpointError, ConfigError
-from common.files import atomic_dir, read_json, write_json
+from common.files import read_json
 
 PREFIX = "step_"  # Orbax's step-name format with prefix "step" and 8 digits: step_00000100
 DIGITS = 8
@@ -66,20 +64,6 @@ def checkpoint_root(cfg, twin: str) -> Path:
     """Where training checkpoints go: ``--checkpoint-dir``, else the ``--resume`` directory (a resumed run
     goes on writing where it left off), else a new ``runs/<twin>-<time>-<pid>`` (never an old run's)."""
     return Path(cfg.checkpoint_dir or cfg.resume or f"runs/{twin}-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}")
-
-
-def write_checkpoint(root: str | Path, progress: Progress, write_state: Callable[[Path], None], keep: int = 3) -> Path:
-    """Create ``root/step_N`` atomically (replacing one there: after a fallback past it): progress.json first,
-    then ``write_state(dir)`` adds the twin's files. Older ones beyond the newest ``keep`` (≥ 1) are removed."""
-    final = step_dir(root, progress.step)
-    with atomic_dir(final, "training checkpoints") as tmp:
-        write_json(tmp / PROGRESS_FILE, asdict(progress))
-        write_state(tmp)
-    for _, old in checkpoint_dirs(root)[:-keep]:
-        shutil.rmtree(old, ignore_errors=True)
-    for stale in Path(root).glob(f".{PREFIX}*"):  # left by a run killed mid-write (one writer per root)
-        shutil.rmtree(stale, ignore_errors=True)
-    return final
 
 
 def read_progress(path: Path) -> Progress:

@@ -33,14 +33,14 @@ def pack_lstm_weights(params: Mapping[str, Any], layers: int) -> Array:
 
 
 def cudnn_stack(table: Array, tokens: Array, weights: Sequence[LayerWeights], carry: Sequence[LayerCarry],
-                lengths: Array | None, masks: Sequence[Array] | None, *, dtype: Any = jnp.float32, unroll: int = 1,
-                embed_fold: bool = False, precision: jax.lax.Precision = PRECISION) -> tuple[LayerCarry, ...]:
+                lengths: Array | None, masks: Sequence[Array] | None, *,
+                precision: jax.lax.Precision = PRECISION) -> tuple[LayerCarry, ...]:
     """``nn.LSTM`` through cuDNN → each layer's final (h, c), each (B, H).
 
     table (V, E); tokens (T, B) int32; ``masks``: None or L-1 (T, B, H) multipliers of the inputs of layers 1..L-1;
-    lengths (B,) (masked mode: each row's carry after its last token) or None (all T). ``dtype``, ``unroll`` and
-    ``embed_fold`` belong to the other implementations (cuDNN computes float32). ``precision`` HIGHEST keeps
-    cuDNN off TF32; anything else allows it (``rnn.lstm`` reads HIGH as TF32 and refuses DEFAULT as bfloat16).
+    lengths (B,) (masked mode: each row's carry after its last token) or None (all T). cuDNN computes float32;
+    ``precision`` HIGHEST keeps it off TF32, anything else allows TF32 (``rnn.lstm`` reads HIGH as TF32 and
+    refuses DEFAULT as bfloat16).
     """
     steps, batch = tokens.shape
     xs = jnp.take(table, tokens.T, axis=0)  # (B, T, E): cuDNN's call is batch-major

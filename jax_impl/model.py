@@ -4,15 +4,23 @@ that trains.
     logits, carry = model.apply({"params": p}, tokens (B, T) int32, carry, lengths=None, train=False,
                                 rngs={"dropout": key})
 
-:class:`LSTMStack` is ``nn.LSTM(E, H, L)``: it declares the parameters under PyTorch's names and in its layout,
-draws the dropout masks between layers, and hands both to one of :data:`IMPLEMENTATIONS` (``--lstm-impl``):
-``fused`` (:mod:`jax_impl.recurrence`, hand-written gradients; the default for float32 and float64), ``scan``
-(:func:`scan_stack`, Flax ``nn.RNN`` differentiated by JAX: the readable reference, and the bfloat16 path) or
-``cudnn`` (:mod:`jax_impl.cudnn`, cuDNN's fused LSTM, CUDA only). Any checkpoint runs under any of them. Every
-matmul runs at the model's ``precision``: ``Precision.HIGHEST`` (full float32, so TF32 GPUs still agree with the
-CPU and PyTorch) unless ``--allow-tf32`` makes it ``DEFAULT`` (TF32 where the GPU has it), in both twins.
-The carry is a tuple of L pairs ``(h, c)``, each (B, H), where PyTorch keeps two (L, B, H) stacks.
+What runs by default (``--lstm-impl auto`` at float32), from the top:
+
+    SentimentRNN.__call__           the embedding table, then the stack, dropout, Dense
+    └─ LSTMStack.__call__           nn.LSTM's parameters (PyTorch's names and layout), the dropout masks
+       └─ self.lstm                 partial(recurrence.embedding_lstm_stack, embed_fold=..., precision=...)
+          └─ recurrence._wave       2 layers as one wavefront loop; custom VJP: _wave_forward, _wave_backward
+
+:class:`LSTMStack` hands its parameters and masks to one of :data:`IMPLEMENTATIONS` (``--lstm-impl``), bound by
+:func:`model_from_config` to its own options: ``fused`` (:mod:`jax_impl.recurrence`, hand-written gradients; the
+default for float32 and float64), ``scan`` (:func:`scan_stack`, Flax ``nn.RNN`` over :class:`TorchLSTMCell`,
+differentiated by JAX: the readable reference the fused stack is tested against, and the bfloat16 path) or ``cudnn``
+(:mod:`jax_impl.cudnn`, cuDNN's fused LSTM, CUDA only). Any checkpoint runs under any of them. Every matmul runs at
+the model's ``precision``: ``Precision.HIGHEST`` (full float32, so TF32 GPUs still agree with the CPU and PyTorch)
+unless ``--allow-tf32`` makes it ``DEFAULT`` (TF32 where the GPU has it), in both twins. The carry is a tuple of L
+pairs ``(h, c)``, each (B, H), where PyTorch keeps two (L, B, H) stacks.
 """
+from functools import partial
 from typing import Any, Callable, Sequence
 
 import flax.linen as nn
@@ -21,16 +29,10 @@ import jax.numpy as jnp
 
 from common.errors import ConfigError
 from jax_impl.cudnn import cudnn_stack
-from jax_impl.recurrence import PRECISION, LayerCarry, LayerWeights, embedding_lstm_stack
+from jax_impl.recurrence import PRECISION, LayerCarry, LayerWeights, dot, embedding_lstm_stack
 
 Array = jax.Array
 Carry = tuple[LayerCarry, ...]  # one (h, c) pair per layer, bottom first
-
-
-def init_carry(batch_size: int, layers: int, hidden_dim: int, dtype: Any = jnp.float32) -> Carry:
-    """Zeros: ``layers`` pairs ``(h, c)``, each (batch_size, hidden_dim)."""
-    zeros = jnp.zeros((batch_size, hidden_dim), dtype)
-    return tuple((zeros, zeros) for _ in range(layers))
 
 
 def param_dtype_for(dtype: Any) -> Any:
@@ -48,10 +50,6 @@ def matmul_precision(allow_tf32: bool) -> jax.lax.Precision:
     return jax.lax.Precision.DEFAULT if allow_tf32 else PRECISION
 
 
-def _dot(a: Array, b: Array, precision: jax.lax.Precision) -> Array:
-    return jnp.matmul(a, b, precision=precision)
-
-
 class TorchLSTMCell(nn.RNNCellBase):
     """PyTorch's LSTM cell for ``nn.RNN``, on gates whose input half ``x @ W_ih.T + b_ih`` is precomputed for
     all steps at once: ``((h, c), gates_x (B, 4H)) → ((h', c'), h')``. Its recurrent weights are arguments, not
@@ -65,7 +63,7 @@ class TorchLSTMCell(nn.RNNCellBase):
     @nn.compact
     def __call__(self, state: LayerCarry, gates_x: Array) -> tuple[LayerCarry, Array]:
         h, c = state
-        gates = gates_x + (_dot(h.astype(self.dtype), self.w_hh_t, self.precision) + self.b_hh)
+        gates = gates_x + (dot(h.astype(self.dtype), self.w_hh_t, self.precision) + self.b_hh)
         i, f, g, o = jnp.split(gates, 4, axis=-1)
         c_new = (jax.nn.sigmoid(f) * c + jax.nn.sigmoid(i) * jnp.tanh(g)).astype(c.dtype)
         h_new = (jax.nn.sigmoid(o) * jnp.tanh(c_new)).astype(h.dtype)
@@ -77,40 +75,44 @@ class TorchLSTMCell(nn.RNNCellBase):
 
 
 def scan_stack(table: Array, tokens: Array, weights: Sequence[LayerWeights], carry: Carry, lengths: Array | None,
-               masks: Sequence[Array] | None, *, dtype: Any, unroll: int = 1, embed_fold: bool = False,
-               precision: jax.lax.Precision = PRECISION) -> Carry:
+               masks: Sequence[Array] | None, *, dtype: Any, precision: jax.lax.Precision = PRECISION) -> Carry:
     """The reference: ``nn.LSTM`` layer by layer, each a Flax ``nn.RNN`` of :class:`TorchLSTMCell`, in ``dtype``.
 
     table (V, E); tokens (T, B) int32, time-major; ``masks``: None or L-1 multipliers (T, B, H) of the inputs of
     layers 1..L-1. With ``lengths`` (B,) each row's carry is the one after its last token
-    (``pack_padded_sequence``). Called inside :class:`LSTMStack`, whose scope the ``nn.RNN`` modules join. It
-    always looks the embeddings up first (``embed_fold`` is the fused stack's).
+    (``pack_padded_sequence``). Called inside :class:`LSTMStack`, whose scope the ``nn.RNN`` modules join; it
+    looks the embeddings up first, as ``nn.LSTM`` does.
     """
     xs = jnp.take(table, tokens, axis=0).astype(dtype)  # (T, B, E)
     finals = []
     for k, ((w_ih, w_hh, b_ih, b_hh), layer_carry) in enumerate(zip(weights, carry)):
         if k > 0 and masks is not None:
             xs = xs * masks[k - 1].astype(xs.dtype)
-        gates_x = _dot(xs.astype(dtype), w_ih.T.astype(dtype), precision) + b_ih.astype(dtype)  # all steps at once
+        gates_x = dot(xs.astype(dtype), w_ih.T.astype(dtype), precision) + b_ih.astype(dtype)  # all steps at once
         cell = TorchLSTMCell(w_hh.T.astype(dtype), b_hh.astype(dtype), dtype, precision)
-        final, xs = nn.RNN(cell, time_major=True, return_carry=True, unroll=unroll)(
+        final, xs = nn.RNN(cell, time_major=True, return_carry=True)(
             gates_x, initial_carry=layer_carry, seq_lengths=lengths)
         finals.append(final)
     return tuple(finals)
 
 
-def fused_stack(table: Array, tokens: Array, weights: Sequence[LayerWeights], carry: Carry, lengths: Array | None,
-                masks: Sequence[Array] | None, *, dtype: Any, unroll: int = 1, embed_fold: bool = True,
-                precision: jax.lax.Precision = PRECISION) -> Carry:
-    """The fast stack of :mod:`jax_impl.recurrence`, in the parameters' dtype (float32 or float64); ``unroll`` is
-    the scan's."""
-    return embedding_lstm_stack(table, tokens, weights, carry, lengths, masks, embed_fold=embed_fold,
-                                precision=precision)
-
-
-# (table, tokens (T, B), weights, carry, lengths, masks, *, dtype, unroll, embed_fold, precision) → L final carries
+# (table (V, E), tokens (T, B), weights, carry, lengths, masks) → the L final carries, options bound (bind_lstm)
 Implementation = Callable[..., Carry]
-IMPLEMENTATIONS: dict[str, Implementation] = {"fused": fused_stack, "scan": scan_stack, "cudnn": cudnn_stack}
+IMPLEMENTATIONS: dict[str, Implementation] = {"fused": embedding_lstm_stack, "scan": scan_stack, "cudnn": cudnn_stack}
+
+
+def bind_lstm(name: str, dtype: Any = jnp.float32, precision: jax.lax.Precision = PRECISION,
+              embed_fold: bool = True) -> Implementation:
+    """Implementation ``name`` with the options it takes bound: the fused stack computes in the parameters' dtype
+    and may fold the embedding; the scan computes in ``dtype``; cuDNN in float32."""
+    options = {"fused": {"embed_fold": embed_fold, "precision": precision},
+               "scan": {"dtype": dtype, "precision": precision}, "cudnn": {"precision": precision}}[name]
+    return partial(IMPLEMENTATIONS[name], **options)
+
+
+def lstm_name(lstm: Implementation) -> str:
+    """The key of :data:`IMPLEMENTATIONS` a bound implementation runs."""
+    return next(k for k, fn in IMPLEMENTATIONS.items() if fn is lstm.func)
 
 
 def resolve_lstm_impl(name: str, dtype: str, platform: str | None = None) -> str:
@@ -144,17 +146,14 @@ class LSTMStack(nn.Module):
     hidden_dim: int
     layers: int
     dropout: float = 0.5
-    impl: str = "fused"
-    dtype: Any = jnp.float32
-    unroll: int = 1  # scan only: time steps per loop iteration (speed, not numbers)
-    embed_fold: bool = True  # fused only: project the table, then gather (when V < T·B)
-    precision: jax.lax.Precision = PRECISION  # of every matmul (see matmul_precision)
+    lstm: Implementation = bind_lstm("fused")  # an implementation with its options bound (bind_lstm)
+    param_dtype: Any = jnp.float32
 
     @nn.compact
     def __call__(self, table: Array, tokens: Array, carry: Carry, lengths: Array | None = None,
                  train: bool = False) -> Carry:
         """table (V, E) the embedding; tokens (B, T) int32; carry L pairs (h, c) each (B, H); lengths (B,)."""
-        hidden, pdtype = self.hidden_dim, param_dtype_for(self.dtype)
+        hidden, pdtype = self.hidden_dim, self.param_dtype
         bound = 1.0 / hidden ** 0.5
         init = lambda key, shape, dtype: jax.random.uniform(key, shape, dtype, -bound, bound)  # noqa: E731
         weights = []
@@ -169,9 +168,7 @@ class LSTMStack(nn.Module):
             shape = (tokens.shape[1], tokens.shape[0], hidden)  # (T, B, H), time-major
             keys = jax.random.split(self.make_rng("dropout"), self.layers - 1)
             masks = [jax.random.bernoulli(key, keep, shape).astype(pdtype) / keep for key in keys]
-        run = IMPLEMENTATIONS[self.impl]
-        return run(table, tokens.T, weights, carry, lengths, masks, dtype=self.dtype, unroll=self.unroll,
-                   embed_fold=self.embed_fold, precision=self.precision)
+        return self.lstm(table, tokens.T, weights, carry, lengths, masks)
 
 
 class SentimentRNN(nn.Module):
@@ -191,10 +188,18 @@ class SentimentRNN(nn.Module):
     dropout: float = 0.5
     fc_dropout: float = 0.3
     dtype: Any = jnp.float32
-    lstm_impl: str = "fused"  # resolved: a key of IMPLEMENTATIONS
-    unroll: int = 1
-    embed_fold: bool = True
-    precision: jax.lax.Precision = PRECISION
+    lstm: Implementation = bind_lstm("fused")
+    precision: jax.lax.Precision = PRECISION  # of the Dense (the stack's is bound into ``lstm``)
+
+    @property
+    def lstm_impl(self) -> str:
+        return lstm_name(self.lstm)
+
+    def zero_carry(self, batch_size: int) -> Carry:
+        """Zeros: ``layers`` pairs ``(h, c)``, each (batch_size, hidden_dim), in the parameters' dtype (float32 under
+        bfloat16)."""
+        zeros = jnp.zeros((batch_size, self.hidden_dim), param_dtype_for(self.dtype))
+        return tuple((zeros, zeros) for _ in range(self.layers))
 
     @nn.compact
     def __call__(self, tokens: Array, carry: Carry, lengths: Array | None = None, train: bool = False
@@ -204,8 +209,7 @@ class SentimentRNN(nn.Module):
         pdtype = param_dtype_for(self.dtype)
         embedding = nn.Embed(self.vocab_size, self.embed_dim, dtype=self.dtype, param_dtype=pdtype,
                              embedding_init=nn.initializers.normal(1.0), name="embedding")
-        lstm = LSTMStack(self.hidden_dim, self.layers, self.dropout, self.lstm_impl, self.dtype, self.unroll,
-                         self.embed_fold, self.precision, name="lstm")
+        lstm = LSTMStack(self.hidden_dim, self.layers, self.dropout, self.lstm, pdtype, name="lstm")
         new_carry = lstm(embedding.embedding, tokens, carry, lengths, train)
         top_h = new_carry[-1][0]  # (B, H): the last step's output, or each text's last token with lengths
         top_h = nn.Dropout(self.fc_dropout, deterministic=not train)(top_h)
@@ -214,10 +218,11 @@ class SentimentRNN(nn.Module):
 
 
 def model_from_config(cfg, vocab_size: int, platform: str | None = None) -> SentimentRNN:
-    """The model a :class:`common.config.Config` describes: compute dtype ``cfg.dtype``, LSTM implementation
-    ``resolve_lstm_impl(cfg.lstm_impl, cfg.dtype, platform)``, matmul precision from ``cfg.allow_tf32``."""
+    """The model a :class:`common.config.Config` describes: compute dtype ``cfg.dtype``, matmul precision from
+    ``cfg.allow_tf32``, and the LSTM implementation ``resolve_lstm_impl(cfg.lstm_impl, cfg.dtype, platform)`` with
+    its own options bound (``bind_lstm``)."""
+    dtype, precision = compute_dtype(cfg.dtype), matmul_precision(cfg.allow_tf32)
+    lstm = bind_lstm(resolve_lstm_impl(cfg.lstm_impl, cfg.dtype, platform), dtype, precision, cfg.embed_fold)
     return SentimentRNN(vocab_size=vocab_size, embed_dim=cfg.embed_dim, hidden_dim=cfg.hidden_dim,
-                        layers=cfg.layers, dropout=cfg.dropout, fc_dropout=cfg.fc_dropout,
-                        dtype=compute_dtype(cfg.dtype), embed_fold=cfg.embed_fold,
-                        lstm_impl=resolve_lstm_impl(cfg.lstm_impl, cfg.dtype, platform),
-                        precision=matmul_precision(cfg.allow_tf32))
+                        layers=cfg.layers, dropout=cfg.dropout, fc_dropout=cfg.fc_dropout, dtype=dtype, lstm=lstm,
+                        precision=precision)

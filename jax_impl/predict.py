@@ -11,14 +11,14 @@ from jax_impl import xla_env
 from jax_impl.convert import to_flax
 from jax_impl.loss import sigmoid
 from jax_impl.model import model_from_config
-from jax_impl.step import resolve_device, zero_carry
+from jax_impl.step import resolve_device
 
 
 def predict_probs(ckpt: Checkpoint, texts: Sequence[str], device: jax.Device | None = None) -> np.ndarray:
     """(N,) float64 P(positive) of each text, scored as one batch of N from a zero carry with dropout off."""
     tokens, lengths = encode_for(ckpt, texts)
     model = model_from_config(ckpt.config.replace(dtype="float32"), len(ckpt.vocab))
-    args = jax.device_put((to_flax(ckpt.params), tokens, zero_carry(model, len(texts)), lengths), device)
+    args = jax.device_put((to_flax(ckpt.params), tokens, model.zero_carry(len(texts)), lengths), device)
     logits, _ = jax.jit(lambda p, t, c, n: model.apply({"params": p}, t, c, n, train=False))(*args)
     return np.asarray(sigmoid(logits), dtype=np.float64)
 

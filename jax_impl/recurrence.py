@@ -6,13 +6,18 @@ What is computed is exactly ``torch.nn.LSTM`` (gate order i, f, g, o; two biases
     c_t = f * c_{t-1} + i * g,   h_t = o * tanh(c_t)
 
 in the inputs' dtype with every matmul at ``precision`` (``Precision.HIGHEST`` unless TF32 is allowed, then
-``DEFAULT``); gradients are those of that function. The entry
-point is :func:`embedding_lstm_stack` (time-major). Masked variable-length mode (``lengths``): from step
-``lengths[b]`` on, row b's carry stops changing (``pack_padded_sequence``), so the final carry is each row's
-state at its last token. How it is built and why it is fast: ``benchmarks/PERFORMANCE.md``.
+``DEFAULT``); gradients are those of that function. The reference it is held to (values and gradients, in
+``jax_impl/tests/test_recurrence.py``) is :func:`jax_impl.model.scan_stack`: Flax ``nn.RNN`` over PyTorch's cell,
+differentiated by JAX.
+
+The entry point is :func:`embedding_lstm_stack` (time-major). Two layers, the default, run as one wavefront loop,
+:func:`_wave` (a custom VJP: forward :func:`_wave_forward`, backward :func:`_wave_backward`); other depths run
+layer by layer through :func:`_recurrence`. Masked variable-length mode (``lengths``): from step ``lengths[b]``
+on, row b's carry stops changing (``pack_padded_sequence``), so the final carry is each row's state at its last
+token. How it is built and why it is fast: ``benchmarks/PERFORMANCE.md``.
 """
 from functools import partial
-from typing import Sequence
+from typing import NamedTuple, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -27,7 +32,7 @@ UNROLL = 2  # time steps per loop iteration (why 2: benchmarks/PERFORMANCE.md)
 
 # --- Shared pieces: one cell step forward and backward on a (B, 4H) gate block, loop buffers ---------------------
 
-def _dot(a: Array, b: Array, precision: lax.Precision) -> Array:
+def dot(a: Array, b: Array, precision: lax.Precision) -> Array:
     """(..., K) @ (K, N) at ``precision``."""
     return jnp.matmul(a, b, precision=precision)
 
@@ -36,12 +41,12 @@ def _project(x: Array, w_ih: Array, b_ih: Array, b_hh: Array, precision: lax.Pre
     """Every step's input projection at once: x (T, B, D) → x W_ih^T + b_ih + b_hh (T, B, 4H), as a 2-D
     (T·B, D) matmul, whose gradients XLA:CPU runs without transposed copies of the operands."""
     steps, batch, _ = x.shape
-    return (_dot(x.reshape(steps * batch, -1), w_ih.T, precision) + (b_ih + b_hh)).reshape(steps, batch, -1)
+    return (dot(x.reshape(steps * batch, -1), w_ih.T, precision) + (b_ih + b_hh)).reshape(steps, batch, -1)
 
 
 def _weight_grad(dz: Array, inputs: Array, precision: lax.Precision) -> Array:
     """Σ_t dz_t^T inputs_t as one 2-D matmul (as in ``_project``): dz (T, B, 4H), inputs (T, B, D) → (4H, D)."""
-    return _dot(dz.reshape(-1, dz.shape[-1]).T, inputs.reshape(-1, inputs.shape[-1]), precision)
+    return dot(dz.reshape(-1, dz.shape[-1]).T, inputs.reshape(-1, inputs.shape[-1]), precision)
 
 
 def _is_g_column(shape: tuple[int, ...]) -> Array:
@@ -127,6 +132,17 @@ def _c_before(c_rows: Array, c_init: Array, k: Array) -> Array:
 
 # --- One layer's recurrence, given its input projection (the layer-by-layer path) -------------------------------
 
+class LayerResiduals(NamedTuple):
+    """What ``_recurrence_forward`` keeps for ``_recurrence_backward``."""
+
+    w_hh: Array  # (4H, H) the recurrent weights
+    c_init: Array  # (B, H) the initial cell state
+    gates: Array  # (T, B, 4H) activated gates [σ(i), σ(f), tanh(g), σ(o)] of every step
+    h_before: Array  # (T, B, H) h before each step: the recurrent matmul's input
+    c_after: Array  # (T, B, H) c after each step
+    mask: Array | None  # (T, B, 1) bool, step t of row b is real; None without lengths
+
+
 def _recurrence_forward(gates_x, w_hh, h0, c0, mask, precision):
     """gates_x (T, B, 4H) with both biases → ((outputs (T, B, H), (h_T, c_T)), residuals)."""
     w_hh_t = w_hh.T  # (H, 4H)
@@ -136,29 +152,31 @@ def _recurrence_forward(gates_x, w_hh, h0, c0, mask, precision):
     def step(carry, inputs):
         gates, buffers, h, c = carry
         k, m = inputs
-        a, (h_new, c_new) = _cell(_row(gates, k) + _dot(h, w_hh_t, precision), h, c, m)
+        a, (h_new, c_new) = _cell(_row(gates, k) + dot(h, w_hh_t, precision), h, c, m)
         gates = lax.dynamic_update_index_in_dim(gates, a, k, 0)  # the activations replace the projection in place
         return (gates, _put(buffers, k, (_keep_where(m, h_new, 0), h, c_new)), h_new, c_new), None
 
     (a, (ys, h_prev, c_rows), h_t, c_t), _ = lax.scan(
         step, (gates_x, buffers, h0, c0), (jnp.arange(steps), mask), unroll=UNROLL)
-    return (ys, (h_t, c_t)), (w_hh, c0, a, h_prev, c_rows, mask)
+    return (ys, (h_t, c_t)), LayerResiduals(w_hh=w_hh, c_init=c0, gates=a, h_before=h_prev, c_after=c_rows,
+                                            mask=mask)
 
 
-def _recurrence_backward(precision, residuals, cotangents):
-    w_hh, c0, a, h_prev, c_rows, mask = residuals
+def _recurrence_backward(precision, r: LayerResiduals, cotangents):
     d_ys, (dh, dc) = cotangents
 
     def step(carry, inputs):
         dh, dc = carry
         k, dy, m = inputs
         dh_in = dh + _keep_where(m, dy, 0)
-        dz, dc_prev = _cell_backward(*_gate_rows(a, k), _c_before(c_rows, c0, k), _row(c_rows, k), dh_in, dc, m)
+        dz, dc_prev = _cell_backward(*_gate_rows(r.gates, k), _c_before(r.c_after, r.c_init, k), _row(r.c_after, k),
+                                     dh_in, dc, m)
         # The one matmul per step: (B, 4H)·(4H, H).
-        return (_keep_where(m, _dot(dz, w_hh, precision), dh_in), dc_prev), dz
+        return (_keep_where(m, dot(dz, r.w_hh, precision), dh_in), dc_prev), dz
 
-    (dh0, dc0), dz = lax.scan(step, (dh, dc), (jnp.arange(a.shape[0]), d_ys, mask), reverse=True, unroll=UNROLL)
-    return dz, _weight_grad(dz, h_prev, precision), dh0, dc0, None
+    (dh0, dc0), dz = lax.scan(step, (dh, dc), (jnp.arange(r.gates.shape[0]), d_ys, r.mask), reverse=True,
+                              unroll=UNROLL)
+    return dz, _weight_grad(dz, r.h_before, precision), dh0, dc0, None
 
 
 @partial(jax.custom_vjp, nondiff_argnums=(5,))
@@ -170,6 +188,31 @@ _recurrence.defvjp(_recurrence_forward, _recurrence_backward)
 
 
 # --- Two layers as a wavefront: loop step k advances layer 0 to time k and layer 1 to time k-1 -----------------
+
+class WaveResiduals(NamedTuple):
+    """What ``_wave_forward`` keeps for ``_wave_backward``. Row k of a (T, ...) field is the loop's step k: layer 0
+    at time k, layer 1 at time k-1; layer 1's step at time T-1 follows the loop and is kept in the ``*_last``
+    fields."""
+
+    w_hh0: Array  # (4H, H) layer 0's recurrent weights
+    w_ih1: Array  # (4H, H) layer 1's input weights
+    w_hh1: Array  # (4H, H) layer 1's recurrent weights
+    c0_init: Array  # (B, H) layer 0's initial cell state
+    gates0: Array  # (T, B, 4H) layer 0's activated gates [σ(i), σ(f), tanh(g), σ(o)] at time k
+    gates1: Array  # (T, B, 4H) layer 1's activated gates at time k-1 (row 0 masked off: no step at k = 0)
+    h0_before: Array  # (T, B, H) layer 0's h before its step at time k: its recurrent matmul's input
+    c0_after: Array  # (T, B, H) layer 0's c after its step at time k
+    layer1_inputs: Array  # (T, B, 2H) layer 1's matmul input [dropped-out h0, h1] at time k-1
+    c1_after: Array  # (T, B, H) layer 1's c after its step at time k-1 (row 0: its initial c)
+    gates1_last: Array  # (B, 4H) layer 1's activated gates at time T-1
+    layer1_inputs_last: Array  # (B, 2H) layer 1's matmul input at time T-1
+    c1_before_last: Array  # (B, H) layer 1's c before its step at time T-1
+    c1_last: Array  # (B, H) layer 1's c after its step at time T-1
+    mask: Array | None  # (T, B, 1) bool, step t of row b is real; None without lengths
+    prev_mask: Array | None  # (T, B, 1) bool, row k is mask[k-1] (row 0 False); None without lengths
+    drop: Array | None  # layer 1's input multiplier, (T, B, H)-broadcastable; None without dropout
+    table_source: tuple[Array, Array] | None  # (table_gates (V, 4H), tokens (T, B)) on the table path, else None
+
 
 def _source_rows(source, k: Array | None = None) -> Array:
     """Layer 0's input projection from its source, a (T, B, 4H) array or (table_gates (V, 4H), tokens (T, B))
@@ -208,8 +251,8 @@ def _wave_forward(source, w_hh0, p1, carry0, carry1, mask, drop, precision, keep
         k, m0, m1 = inputs
         v = jnp.concatenate([_dropped(h0, drop, jnp.maximum(k - 1, 0)), h1], axis=-1)  # (B, 2H)
         x0 = _row(gates0, k) if keep_residuals else _source_rows(source, k)
-        a0, new0 = _cell(x0 + _dot(h0, w0, precision), h0, c0, m0)
-        a1, new1 = _cell(_dot(v, w1, precision) + b1, h1, c1, (k > 0) if m1 is None else m1)
+        a0, new0 = _cell(x0 + dot(h0, w0, precision), h0, c0, m0)
+        a1, new1 = _cell(dot(v, w1, precision) + b1, h1, c1, (k > 0) if m1 is None else m1)
         if keep_residuals:
             gates0 = lax.dynamic_update_index_in_dim(gates0, a0, k, 0)  # activations replace the projection
             buffers = _put(buffers, k, (a1, h0, new0[1], v, new1[1]))
@@ -218,52 +261,58 @@ def _wave_forward(source, w_hh0, p1, carry0, carry1, mask, drop, precision, keep
     (a0, buffers, final0, (h1, c1)), _ = lax.scan(
         step, (gates0, buffers, carry0, carry1), (jnp.arange(steps), mask, prev_mask), unroll=UNROLL)
     v_last = jnp.concatenate([_dropped(final0[0], drop, steps - 1), h1], axis=-1)  # layer 1 at time T-1
-    a1_last, final1 = _cell(_dot(v_last, w1, precision) + b1, h1, c1, _row(mask, steps - 1))
+    a1_last, final1 = _cell(dot(v_last, w1, precision) + b1, h1, c1, _row(mask, steps - 1))
     if not keep_residuals:
         return (final0, final1), None
-    return (final0, final1), (w_hh0, p1, carry0[1], a0, *buffers, a1_last, v_last, c1, final1[1], mask, prev_mask,
-                              drop, source if isinstance(source, tuple) else None)
+    a1, h0_prev, c0_rows, v, c1_rows = buffers
+    return (final0, final1), WaveResiduals(
+        w_hh0=w_hh0, w_ih1=w_ih1, w_hh1=w_hh1, c0_init=carry0[1], gates0=a0, gates1=a1, h0_before=h0_prev,
+        c0_after=c0_rows, layer1_inputs=v, c1_after=c1_rows, gates1_last=a1_last, layer1_inputs_last=v_last,
+        c1_before_last=c1, c1_last=final1[1], mask=mask, prev_mask=prev_mask, drop=drop,
+        table_source=source if isinstance(source, tuple) else None)
 
 
-def _wave_backward(precision, residuals, cotangents):
-    (w_hh0, (w_ih1, w_hh1, _, _), c0_init, a0, a1, h0_prev, c0_rows, v, c1_rows, a1_last, v_last, c1_before_last,
-     c1_last, mask, prev_mask, drop, table) = residuals
+def _wave_backward(precision, r: WaveResiduals, cotangents):
     (dh0, dc0), (dh1, dc1) = cotangents
-    steps = a0.shape[0]
-    w1_back = jnp.concatenate([w_ih1, w_hh1], axis=1)  # (4H, 2H): dz1 @ w1_back = [du, dh1_prev]
+    steps = r.gates0.shape[0]
+    w1_back = jnp.concatenate([r.w_ih1, r.w_hh1], axis=1)  # (4H, 2H): dz1 @ w1_back = [du, dh1_prev]
 
     # Layer 1 at time T-1 (the forward's last, peeled step).
-    m_last = _row(mask, steps - 1)
-    dz1_last, dc1 = _cell_backward(a1_last, _split_gates(a1_last), c1_before_last, c1_last, dh1, dc1, m_last)
-    du, dh1_prev = jnp.split(_dot(dz1_last, w1_back, precision), 2, axis=-1)
-    dh0, dh1 = dh0 + _dropped(du, drop, steps - 1), _keep_where(m_last, dh1_prev, dh1)
+    m_last = _row(r.mask, steps - 1)
+    dz1_last, dc1 = _cell_backward(r.gates1_last, _split_gates(r.gates1_last), r.c1_before_last, r.c1_last, dh1,
+                                   dc1, m_last)
+    du, dh1_prev = jnp.split(dot(dz1_last, w1_back, precision), 2, axis=-1)
+    dh0, dh1 = dh0 + _dropped(du, r.drop, steps - 1), _keep_where(m_last, dh1_prev, dh1)
 
     def step(carry, inputs):
         grads, dh0, dc0, dh1, dc1 = carry
         k, m0, m1 = inputs
         before = jnp.maximum(k - 1, 0)
         # Layer 0 at time k; layer 1 at time k-1 (no step at k = 0; c1_rows[0] is then layer 1's initial c).
-        dz0, dc0 = _cell_backward(*_gate_rows(a0, k), _c_before(c0_rows, c0_init, k), _row(c0_rows, k), dh0, dc0,
-                                  m0)
+        dz0, dc0 = _cell_backward(*_gate_rows(r.gates0, k), _c_before(r.c0_after, r.c0_init, k),
+                                  _row(r.c0_after, k), dh0, dc0, m0)
         layer1_ran = (k > 0) if m1 is None else m1
-        dz1, dc1 = _cell_backward(*_gate_rows(a1, k), _row(c1_rows, before), _row(c1_rows, k), dh1, dc1,
-                                  layer1_ran)
-        du, dh1_prev = jnp.split(_dot(dz1, w1_back, precision), 2, axis=-1)
-        dh0 = _keep_where(m0, _dot(dz0, w_hh0, precision), dh0) + _dropped(du, drop, before)
+        dz1, dc1 = _cell_backward(*_gate_rows(r.gates1, k), _row(r.c1_after, before), _row(r.c1_after, k), dh1,
+                                  dc1, layer1_ran)
+        du, dh1_prev = jnp.split(dot(dz1, w1_back, precision), 2, axis=-1)
+        dh0 = _keep_where(m0, dot(dz0, r.w_hh0, precision), dh0) + _dropped(du, r.drop, before)
         return (_put(grads, k, (dz0, dz1)), dh0, dc0, jnp.where(layer1_ran, dh1_prev, dh1), dc1), None
 
     # Fresh buffers rather than overwriting a0 / a1 in place: in place, XLA copies the whole buffer every step,
     # because one step's kernels read a row's four gates while another writes that row.
-    grads = (_scratch(a0, steps, a0.shape[-1], 7), _scratch(a0, steps, a0.shape[-1], 8))
+    width = r.gates0.shape[-1]
+    grads = (_scratch(r.gates0, steps, width, 7), _scratch(r.gates0, steps, width, 8))
     ((dz0, dz1), dh0, dc0, dh1, dc1), _ = lax.scan(
-        step, (grads, dh0, dc0, dh1, dc1), (jnp.arange(steps), mask, prev_mask), reverse=True, unroll=UNROLL)
+        step, (grads, dh0, dc0, dh1, dc1), (jnp.arange(steps), r.mask, r.prev_mask), reverse=True, unroll=UNROLL)
     # Layer 1: rows hold times -1..T-2 (row 0 is zero), plus the peeled last step.
-    d_w1 = _weight_grad(dz1, v, precision) + _dot(dz1_last.T, v_last, precision)  # (4H, 2H) = [dW_ih1 | dW_hh1]
+    d_w1 = (_weight_grad(dz1, r.layer1_inputs, precision)
+            + dot(dz1_last.T, r.layer1_inputs_last, precision))  # (4H, 2H) = [dW_ih1 | dW_hh1]
     d_b1 = dz1.sum(axis=(0, 1)) + dz1_last.sum(axis=0)
     d_p1 = (*jnp.split(d_w1, 2, axis=-1), d_b1, d_b1)
     # On the table path the gradient of a gather: every time-step row adds into its token's row.
+    table = r.table_source
     d_source = dz0 if table is None else (jnp.zeros_like(table[0]).at[table[1]].add(dz0), None)
-    return d_source, _weight_grad(dz0, h0_prev, precision), d_p1, (dh0, dc0), (dh1, dc1), None, None
+    return d_source, _weight_grad(dz0, r.h0_before, precision), d_p1, (dh0, dc0), (dh1, dc1), None, None
 
 
 @partial(jax.custom_vjp, nondiff_argnums=(7,))
@@ -300,7 +349,8 @@ def embedding_lstm_stack(table: Array, tokens: Array, layer_params: Sequence[Lay
         dropout_masks = [lax.stop_gradient(m) for m in dropout_masks]  # constants: no gradient flows to them
     w_ih0, _, b_ih0, b_hh0 = layer_params[0]
     if embed_fold and table.shape[0] < tokens.size:
-        source = (_dot(table, w_ih0.T, precision) + (b_ih0 + b_hh0), tokens)  # gathered inside, row by row if it can
+        # Gathered inside the loop, row by row where it can be.
+        source = (dot(table, w_ih0.T, precision) + (b_ih0 + b_hh0), tokens)
     else:
         source = _project(jnp.take(table, tokens, axis=0), w_ih0, b_ih0, b_hh0, precision)
     # Step t of row b is real iff t < lengths[b]: (T, B, 1).

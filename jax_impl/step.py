@@ -20,7 +20,7 @@ from common.errors import ConfigError
 from jax_impl.convert import to_flax
 from jax_impl.distributed import Where, put
 from jax_impl.loss import bce_loss, bce_per_example, predictions
-from jax_impl.model import Carry, SentimentRNN, compute_dtype, init_carry, param_dtype_for
+from jax_impl.model import Carry, SentimentRNN, compute_dtype, param_dtype_for
 from jax_impl.optim import global_norm_torch, make_optimizer
 
 
@@ -61,13 +61,6 @@ def resolve_dtype(name: str) -> Any:
     if name == "float64" and not jax.config.jax_enable_x64:
         jax.config.update("jax_enable_x64", True)
     return compute_dtype(name)
-
-
-def zero_carry(model: SentimentRNN, batch_size: int, device: Where | None = None) -> Carry:
-    """Zeros in the parameters' dtype (float32 under bfloat16), committed to ``device`` when given: jit
-    compiles again when an argument switches between committed and uncommitted placement."""
-    carry = init_carry(batch_size, model.layers, model.hidden_dim, param_dtype_for(model.dtype))
-    return carry if device is None else jax.device_put(carry, device)
 
 
 def batch_to_device(batch: Batch, device: Where | None = None) -> DeviceBatch:
@@ -146,7 +139,9 @@ def create_train_state(model: SentimentRNN, cfg: Config, neutral_params: dict[st
     params (float64 under --dtype float64), a fresh optimizer state, step 0."""
     params = jax.device_put(to_flax(neutral_params, dtype=param_dtype_for(model.dtype)), device)
     state = TrainState(params=params, opt_state=make_optimizer(cfg).init(params), step=np.int32(0))
-    return jax.device_put(state, device)  # one placement for all of it (see zero_carry)
+    # One committed placement for all of it: jit compiles again when an argument switches between committed and
+    # uncommitted placement.
+    return jax.device_put(state, device)
 
 
 def make_train_step(model: SentimentRNN, cfg: Config, *, truncate_chunks: bool = True
@@ -177,7 +172,7 @@ def make_eval_step(model: SentimentRNN, cfg: Config) -> Callable[[Any, DeviceBat
     """The jitted ``eval_step(params, batch) -> (loss_sum, correct)``: from a zero carry, no dropout; sums
     weighted by ``batch["weights"]`` (padding rows weigh 0)."""
     def eval_step(params: Any, batch: DeviceBatch) -> tuple[jax.Array, jax.Array]:
-        carry = zero_carry(model, batch["tokens"].shape[0])
+        carry = model.zero_carry(batch["tokens"].shape[0])
         logits, _ = model.apply({"params": params}, batch["tokens"], carry,
                                 batch["lengths"] if cfg.padding == "right" else None, train=False)
         real = batch["weights"] > 0

@@ -8,6 +8,7 @@ only where arrays are placed changes (:mod:`jax_impl.distributed`).
 """
 import math
 import sys
+import time
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
@@ -25,7 +26,7 @@ from jax_impl.distributed import from_main_process, initialize_from_environment,
 from jax_impl.model import model_from_config, param_dtype_for, resolve_lstm_impl
 from jax_impl.state import load_training_state, save_training_state
 from jax_impl.step import (TrainState, batch_to_device, create_train_state, make_eval_step, make_train_step,
-                           padded_eval_batch, resolve_device, resolve_dtype, zero_carry)
+                           padded_eval_batch, resolve_device, resolve_dtype)
 
 PROG = "python -m jax_impl.train"
 
@@ -35,6 +36,8 @@ class JaxTwin:
     ``(h, c)`` pairs, both placed on the run's device (or split over its mesh along the batch axis)."""
 
     def __init__(self, cfg: Config, vocab_size: int, device: jax.Device):
+        if cfg.torch_compile:
+            raise ConfigError("--torch-compile is PyTorch's: JAX's steps are always jit-compiled")
         if not cfg.flush_denormal and device.platform == "cpu":
             raise ConfigError("--no-flush-denormal is PyTorch's: XLA always flushes denormals to zero on the CPU")
         self.cfg, self.model = cfg, model_from_config(cfg, vocab_size, device.platform)
@@ -47,11 +50,23 @@ class JaxTwin:
                        "flush_denormal": device.platform == "cpu", "allow_tf32": cfg.allow_tf32,
                        "matmul_precision": self.model.precision.name.lower(), **xla_env.record()}
 
+    def compile(self, state: TrainState, kind: str, batch) -> dict[str, Any]:
+        """Lower and compile the jitted ``kind`` ("train" or "eval") step for ``batch``'s shapes ahead of its first
+        call, which then reuses the executable: ``lower_s``, ``compile_s`` (lowering included), and ``hlo``, the
+        compiled module's text."""
+        start = time.perf_counter()
+        lowered = (self.step.lower(state, self.init_carry(), batch_to_device(batch, self.place.data), self.key)
+                   if kind == "train" else
+                   self.evaluate.lower(state.params, padded_eval_batch(batch, self.cfg.batch_size, self.place.data)))
+        lower_s = time.perf_counter() - start
+        compiled = lowered.compile()
+        return {"lower_s": lower_s, "compile_s": time.perf_counter() - start, "hlo": compiled.as_text()}
+
     def init_state(self, params: Params) -> TrainState:
         return create_train_state(self.model, self.cfg, params, self.place.replicated)
 
     def init_carry(self) -> Any:
-        return zero_carry(self.model, self.cfg.batch_size, self.place.data)
+        return jax.device_put(self.model.zero_carry(self.cfg.batch_size), self.place.data)  # committed, as the state is
 
     def train_step(self, state: TrainState, carry: Any, batch) -> tuple[TrainState, Any, float]:
         state, carry, metrics = self.step(state, carry, batch_to_device(batch, self.place.data), self.key)

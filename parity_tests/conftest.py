@@ -191,15 +191,16 @@ def trajectory_setup() -> CorpusSetup:
 
 
 @pytest.fixture(scope="session")
-def jax_trainer(trajectory_setup):
-    """``jax_trainer(cfg)``: the JAX twin's compiled train_step for ``cfg``, compiled once per session."""
-    from parity_tests.twins import JaxTrainer
+def jax_twins(trajectory_setup):
+    """``jax_twins(cfg)``: the JAX twin for ``cfg`` at the trajectory corpus's vocabulary, built once per session (its
+    jitted steps compile once)."""
+    from parity_tests.twins import make_twin
 
-    cache: dict[Config, JaxTrainer] = {}
+    cache: dict[Config, object] = {}
 
-    def get(cfg: Config) -> JaxTrainer:
+    def get(cfg: Config):
         if cfg not in cache:
-            cache[cfg] = JaxTrainer.build(cfg, trajectory_setup.vocab_size)
+            cache[cfg] = make_twin("jax", cfg, trajectory_setup.vocab_size)
         return cache[cfg]
 
     return get

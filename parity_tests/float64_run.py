@@ -21,7 +21,7 @@ import torch  # noqa: E402
 from common.data import prepare_data  # noqa: E402
 from common.params import init_params  # noqa: E402
 from parity_tests.configs import FLOAT64_STEPS, TRAJECTORY_CFG, TRAJECTORY_MODES  # noqa: E402
-from parity_tests.twins import JaxTrainer, torch_trajectory, torch_twin  # noqa: E402
+from parity_tests.twins import make_twin, trajectory  # noqa: E402
 
 
 def run(modes: list[str], steps: int) -> dict:
@@ -33,13 +33,11 @@ def run(modes: list[str], steps: int) -> dict:
     out = {"jax_x64": bool(jax.config.jax_enable_x64), "modes": {}}
     for mode in modes:
         cfg = base.replace(**TRAJECTORY_MODES[mode])
-        trainer = JaxTrainer.build(cfg, vocab_size)
-        out["modes"][mode] = {
-            "torch": torch_trajectory(cfg, data[cfg.padding], neutral, steps),
-            "jax": trainer.trajectory(data[cfg.padding], neutral, steps),
-            "torch_dtype": str(torch_twin(cfg, neutral, vocab_size).fc.weight.dtype),
-            "jax_dtype": str(np.dtype(trainer.model.dtype)),
-        }
+        losses_t, state_t = trajectory(make_twin("torch", cfg, vocab_size), cfg, data[cfg.padding], neutral, steps)
+        losses_j, state_j = trajectory(make_twin("jax", cfg, vocab_size), cfg, data[cfg.padding], neutral, steps)
+        out["modes"][mode] = {"torch": losses_t, "jax": losses_j,  # and the dtypes the trained weights are in
+                              "torch_dtype": str(state_t.model.fc.weight.dtype),
+                              "jax_dtype": str(np.dtype(jax.tree_util.tree_leaves(state_j.params)[0].dtype))}
     return out
 
 

@@ -1,6 +1,6 @@
 """A neutral checkpoint written by one twin's training run scores the test split the same in the
 other twin. One epoch of each twin's real ``train(cfg)`` with ``--save-dir`` on the small word corpus (E 8,
-H 16, T 12, B 8, the seed's dropout 0.5/0.3 and clip 5), then ``torch_impl.predict.predict`` and
+H 16, T 12, B 8, the seed's dropout 0.5/0.3 and clip 5), then ``torch_impl.predict.predict_probs`` and
 ``jax_impl.predict.predict_probs`` on the saved checkpoint. JAX → PyTorch with the seed's left padding,
 PyTorch → JAX with right padding (PyTorch packs, JAX masks with the lengths).
 """
@@ -45,8 +45,7 @@ def test_a_checkpoint_trained_by_one_twin_predicts_the_same_in_the_other(small_c
     ckpt = load_checkpoint(cfg.save_dir)
     assert ckpt.config.padding == padding
     test = prepare_data(cfg).test  # the run's own split (the checkpoint holds no data settings)
-    probs_t = torch_predict.predict(torch_predict.model_from_checkpoint(ckpt, torch.device("cpu")), ckpt,
-                                    test.texts)
+    probs_t = torch_predict.predict_probs(ckpt, test.texts, torch.device("cpu"))
     probs_j = jax_predict.predict_probs(ckpt, test.texts)
     assert len(probs_t) == len(probs_j) == len(test) > 0
     # Training moved the weights: the predictions are not the constant ~0.5 of an untrained model.

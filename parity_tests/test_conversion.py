@@ -11,7 +11,7 @@ from common.checkpoint import load_checkpoint, save_checkpoint
 from common.params import Params
 from jax_impl import convert
 from parity_tests import report
-from parity_tests.twins import jax_carry, jax_twin, stacked_from_jax, torch_twin
+from parity_tests.twins import jax_carry, flax_module, stacked_from_jax, torch_module
 from torch_impl.model import export_params, load_params, model_from_config
 
 
@@ -60,7 +60,7 @@ def test_flax_tree_is_the_tree_the_jax_model_initialises(seed_setup):
     """to_flax must produce exactly the parameter tree (paths, shapes, dtypes) that model.init creates, or
     the bitwise round trip above would prove nothing about the model."""
     cfg = seed_setup.cfg
-    model = jax_twin(cfg, seed_setup.vocab_size)
+    model = flax_module(cfg, seed_setup.vocab_size)
     carry = tuple((jnp.zeros((2, cfg.hidden_dim)),) * 2 for _ in range(cfg.layers))
     expected = jax.eval_shape(lambda: model.init(jax.random.key(0), jnp.zeros((2, 3), jnp.int32), carry))["params"]
     built = convert.to_flax(seed_setup.neutral)
@@ -85,7 +85,7 @@ def test_conversion_through_a_saved_checkpoint_is_bitwise(seed_setup, checkpoint
 
 def test_torch_export_to_flax_and_back_into_torch_is_bitwise(seed_setup):
     """The cross path a trained model takes: torch state dict → Flax → neutral → torch state dict."""
-    model = torch_twin(seed_setup.cfg, seed_setup.neutral, seed_setup.vocab_size)
+    model = torch_module(seed_setup.cfg, seed_setup.neutral, seed_setup.vocab_size)
     via_flax = convert.from_flax(convert.to_flax(export_params(model)))
     other = other_torch_model(seed_setup)
     load_params(other, via_flax)

@@ -22,7 +22,7 @@ import torch
 from common.params import init_params
 from parity_tests import report
 from parity_tests.configs import SEED_CFG
-from parity_tests.twins import flax_params, jax_carry, jax_twin, stacked_from_jax, torch_hidden, torch_twin
+from parity_tests.twins import flax_params, jax_carry, flax_module, stacked_from_jax, torch_hidden, torch_module
 
 P_BETWEEN, P_FC = 0.5, 0.3  # the seed's rates
 # B 2048 × H 32: 65536 Bernoulli draws per keep-rate check (from the last step, or the classifier's input).
@@ -80,7 +80,7 @@ def zeros() -> tuple[np.ndarray, np.ndarray]:
 
 def torch_forward(params, tokens, dropout, fc_dropout, *, train, seed=0):
     """``(probs (B,), h_n (L, B, H), fc input (B, H))`` of the PyTorch twin."""
-    model = torch_twin(CFG.replace(dropout=dropout, fc_dropout=fc_dropout), params, VOCAB)
+    model = torch_module(CFG.replace(dropout=dropout, fc_dropout=fc_dropout), params, VOCAB)
     model.train(train)
     seen = []
     model.fc.register_forward_pre_hook(lambda module, args: seen.append(args[0].detach().numpy().copy()))
@@ -92,7 +92,7 @@ def torch_forward(params, tokens, dropout, fc_dropout, *, train, seed=0):
 
 def jax_forward(params, tokens, dropout, fc_dropout, *, train, seed=0):
     """``(P(positive) (B,), final h (L, B, H), fc input (B, H))`` of the JAX twin."""
-    model = jax_twin(CFG.replace(dropout=dropout, fc_dropout=fc_dropout), VOCAB)
+    model = flax_module(CFG.replace(dropout=dropout, fc_dropout=fc_dropout), VOCAB)
     seen = []
 
     def watch_fc(next_fun, args, kwargs, context):

@@ -26,7 +26,7 @@ from jax_impl import step as jax_step
 from parity_tests import report
 from parity_tests.configs import SEED_CFG
 from parity_tests.twins import (flax_params, jax_carry, neutral_from_flax, torch_hidden, torch_loss_and_grads,
-                                torch_twin)
+                                torch_module)
 
 pytestmark = pytest.mark.slow  # tens of seconds each on a 2-core CPU
 
@@ -58,11 +58,11 @@ def moments(samples: list[dict[str, np.ndarray]]) -> tuple[dict, dict]:
 def torch_moments(setup, cfg=CFG):
     """Mean and variance over DRAWS dropout draws of PyTorch's loss and gradients."""
     params, batch, carry = setup
-    model = torch_twin(cfg, params, VOCAB)
+    model = torch_module(cfg, params, VOCAB)
     samples = []
     for draw in range(DRAWS):
         torch.manual_seed(draw)
-        loss, grads = torch_loss_and_grads(model, batch, torch_hidden(carry), packed=False)
+        loss, grads = torch_loss_and_grads(model, batch, torch_hidden(carry), cfg)
         samples.append({**grads, "loss": np.array(loss)})
     return moments(samples)
 

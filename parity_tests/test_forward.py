@@ -16,8 +16,9 @@ from common.batches import Batch
 from jax_impl.loss import sigmoid
 from parity_tests import report
 from parity_tests.conftest import nonzero_carry
-from parity_tests.twins import (flax_params, jax_carry, jax_twin, stacked_from_jax, stacked_from_torch,
-                                torch_hidden, torch_inputs, torch_twin, zeros_stacked)
+from parity_tests.twins import (flax_params, jax_carry, flax_module, stacked_from_jax, stacked_from_torch,
+                                torch_hidden, torch_module, zeros_stacked)
+from torch_impl.step import to_device
 
 # Float32 through 200 time steps and two layers: each side rounds differently (PyTorch's fused gates vs
 # XLA's), and the differences do not grow in a contracting LSTM: measured ≤ 7e-7 in (h, c), 6e-8 in the
@@ -35,8 +36,8 @@ CASES = [("left", "zero", 200), ("right", "zero", 200), ("right", "carried", 200
 @pytest.fixture(scope="module")
 def twins(seed_setup):
     cfg = seed_setup.cfg
-    torch_model = torch_twin(cfg, seed_setup.neutral, seed_setup.vocab_size).eval()
-    model = jax_twin(cfg, seed_setup.vocab_size)
+    torch_model = torch_module(cfg, seed_setup.neutral, seed_setup.vocab_size).eval()
+    model = flax_module(cfg, seed_setup.vocab_size)
     apply = jax.jit(lambda p, tokens, carry, lengths: model.apply({"params": p}, tokens, carry, lengths))
     return torch_model, apply, flax_params(seed_setup.neutral)
 
@@ -54,7 +55,7 @@ def test_forward_probabilities_and_final_states_agree(seed_setup, twins, padding
     carry0 = zeros_stacked(cfg, batch.size) if start == "zero" else nonzero_carry(cfg.layers, batch.size,
                                                                                   cfg.hidden_dim)
 
-    tokens, _, lengths = torch_inputs(batch)
+    tokens, _, lengths = to_device(batch, torch_model)
     with torch.no_grad():
         probs_t, hidden_t = torch_model(tokens, torch_hidden(carry0), lengths if padding == "right" else None)
     logits_j, carry_j = apply(params, batch.tokens, jax_carry(carry0),

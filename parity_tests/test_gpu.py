@@ -19,8 +19,9 @@ from parity_tests.configs import TRAJECTORY_MODES, TRAJECTORY_STEPS
 from parity_tests.conftest import nonzero_carry
 from parity_tests.test_forward import CASES, FORWARD_TOL
 from parity_tests.test_trajectories import LOSS_TOL
-from parity_tests.twins import (flax_params, jax_carry, jax_twin, stacked_from_jax, stacked_from_torch,
-                                torch_hidden, torch_inputs, torch_trajectory, torch_twin, zeros_stacked)
+from parity_tests.twins import (flax_params, jax_carry, flax_module, stacked_from_jax, stacked_from_torch,
+                                make_twin, torch_hidden, torch_module, trajectory, zeros_stacked)
+from torch_impl.step import to_device
 
 JAX_GPUS = [d for d in jax.devices() if d.platform == "gpu"]
 TORCH_GPU = torch.cuda.is_available()
@@ -54,8 +55,8 @@ def full_float32():
 @pytest.fixture(scope="module")
 def gpu_twins(seed_setup):
     cfg = seed_setup.cfg
-    torch_model = torch_twin(cfg, seed_setup.neutral, seed_setup.vocab_size, device="cuda").eval()
-    model = jax_twin(cfg, seed_setup.vocab_size)
+    torch_model = torch_module(cfg, seed_setup.neutral, seed_setup.vocab_size, device="cuda").eval()
+    model = flax_module(cfg, seed_setup.vocab_size)
     apply = jax.jit(lambda p, tokens, carry, lengths: model.apply({"params": p}, tokens, carry, lengths))
     return torch_model, apply, flax_params(seed_setup.neutral, JAX_GPUS[0])
 
@@ -69,7 +70,7 @@ def test_gpu_forward_probabilities_and_final_states_agree(seed_setup, gpu_twins,
         batch = Batch(batch.tokens[:, -steps:], batch.labels, np.minimum(batch.lengths, steps))
     carry0 = zeros_stacked(cfg, batch.size) if start == "zero" else nonzero_carry(cfg.layers, batch.size,
                                                                                   cfg.hidden_dim)
-    tokens, _, lengths = torch_inputs(batch, device="cuda")
+    tokens, _, lengths = to_device(batch, torch_model)
     with torch.no_grad():
         probs_t, hidden_t = torch_model(tokens, torch_hidden(carry0, device="cuda"),
                                         lengths if padding == "right" else None)
@@ -87,11 +88,11 @@ def test_gpu_forward_probabilities_and_final_states_agree(seed_setup, gpu_twins,
 
 @needs_jax_gpu
 @pytest.mark.parametrize("mode", list(TRAJECTORY_MODES))
-def test_gpu_training_trajectories_agree_for_200_steps(trajectory_setup, jax_trainer, mode):
-    cfg = trajectory_setup.cfg.replace(**TRAJECTORY_MODES[mode])
-    data = trajectory_setup.data(cfg)
-    losses_t = np.array(torch_trajectory(cfg, data, trajectory_setup.neutral, TRAJECTORY_STEPS, device="cuda"))
-    losses_j = np.array(jax_trainer(cfg).trajectory(data, trajectory_setup.neutral, TRAJECTORY_STEPS,
-                                                    device=JAX_GPUS[0]))
+def test_gpu_training_trajectories_agree_for_200_steps(trajectory_setup, jax_twins, mode):
+    cfg = trajectory_setup.cfg.replace(device="gpu", **TRAJECTORY_MODES[mode])
+    data, neutral = trajectory_setup.data(cfg), trajectory_setup.neutral
+    torch_twin = make_twin("torch", cfg, trajectory_setup.vocab_size)
+    losses_t = np.array(trajectory(torch_twin, cfg, data, neutral, TRAJECTORY_STEPS)[0])
+    losses_j = np.array(trajectory(jax_twins(cfg), cfg, data, neutral, TRAJECTORY_STEPS)[0])
     report.within(f"GPU {TRAJECTORY_STEPS} steps {mode}: max per-step |loss diff|",
                   np.abs(losses_t - losses_j).max(), LOSS_TOL)

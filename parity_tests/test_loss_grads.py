@@ -13,8 +13,8 @@ import pytest
 from parity_tests import report
 from parity_tests.conftest import nonzero_carry
 from jax_impl import step as jax_step
-from parity_tests.twins import (flax_params, jax_carry, jax_loss_grad, jax_twin, neutral_from_flax,
-                                torch_hidden, torch_loss_and_grads, torch_twin, worst_relative_diff, worst_scaled_diff,
+from parity_tests.twins import (flax_module, flax_params, jax_carry, jax_loss_grad, neutral_from_flax, torch_hidden,
+                                torch_loss_and_grads, torch_module, worst_relative_diff, worst_scaled_diff,
                                 zeros_stacked)
 
 pytestmark = pytest.mark.slow  # tens of seconds each on a 2-core CPU
@@ -39,13 +39,13 @@ def grad_fns(seed_setup):
     fns = {}
     for padding in ("left", "right"):
         cfg = seed_setup.cfg.replace(padding=padding)
-        fns[padding] = jax_loss_grad(jax_twin(cfg, seed_setup.vocab_size), cfg)
+        fns[padding] = jax_loss_grad(flax_module(cfg, seed_setup.vocab_size), cfg)
     return fns
 
 
 @pytest.fixture(scope="module")
 def torch_model(seed_setup):
-    return torch_twin(seed_setup.cfg, seed_setup.neutral, seed_setup.vocab_size)
+    return torch_module(seed_setup.cfg, seed_setup.neutral, seed_setup.vocab_size)
 
 
 @pytest.mark.parametrize("padding,start", CASES, ids=[f"{p}-{s}" for p, s in CASES])
@@ -53,7 +53,8 @@ def test_loss_and_every_gradient_agree(seed_setup, grad_fns, torch_model, paddin
     cfg, batch = seed_setup.cfg, seed_setup.batch(padding)
     carry0 = zeros_stacked(cfg, batch.size) if start == "zero" else nonzero_carry(cfg.layers, batch.size,
                                                                                   cfg.hidden_dim)
-    loss_t, grads_t = torch_loss_and_grads(torch_model, batch, torch_hidden(carry0), packed=padding == "right")
+    loss_t, grads_t = torch_loss_and_grads(torch_model, batch, torch_hidden(carry0),
+                                            cfg.replace(padding=padding))
     (loss_j, _), grads = grad_fns[padding](flax_params(seed_setup.neutral), jax_carry(carry0),
                                            jax_step.batch_to_device(batch), jax.random.key(0))
     grads_j = neutral_from_flax(grads)

@@ -1,5 +1,5 @@
 """One step of each twin's own ``train_step`` (PyTorch: ``torch_impl.step.train_step`` with
-``make_optimizer``; JAX: ``jax_impl.step.make_train_step`` with ``create_train_state``), with the global
+``make_optimizer``; JAX: the JAX twin's ``train_step`` from its ``init_state``), with the global
 gradient norm above and below the clip threshold.
 
 The clip coefficient each twin *applied* is read back from its Adam state: after the first step Adam's first
@@ -15,11 +15,12 @@ import optax
 import pytest
 
 from parity_tests import report
+from common.batches import batches
 from jax_impl import step as jax_step
-from parity_tests.twins import (flax_params, jax_carry, jax_loss_grad, neutral_from_flax,
-                                torch_loss_and_grads, torch_twin, train_batches, zeros_stacked)
+from parity_tests.twins import (flax_module, flax_params, jax_carry, jax_loss_grad, neutral_from_flax,
+                                torch_loss_and_grads, torch_module, zeros_stacked)
 from torch_impl.model import export_params
-from torch_impl.step import make_optimizer, train_step
+from torch_impl.step import TrainState, make_optimizer, train_step
 
 pytestmark = pytest.mark.slow  # tens of seconds each on a 2-core CPU
 
@@ -43,33 +44,34 @@ def applied_coefficient(moment: dict, grads: dict) -> float:
 
 def torch_one_step(cfg, setup, batch):
     """PyTorch: the unclipped gradient, then one real train_step; (grads, coefficient, params after)."""
-    model = torch_twin(cfg, setup.neutral, setup.vocab_size)
-    _, grads = torch_loss_and_grads(model, batch, model.init_hidden(batch.size), packed=False)
+    model = torch_module(cfg, setup.neutral, setup.vocab_size)
+    _, grads = torch_loss_and_grads(model, batch, model.init_hidden(batch.size), cfg)
     optimizer = make_optimizer(model, cfg)
-    train_step(model, optimizer, model.init_hidden(batch.size), batch, cfg)
+    train_step(TrainState(model, optimizer), model.init_hidden(batch.size), batch, cfg)
     moment = {name: optimizer.state[p]["exp_avg"].numpy() for name, p in model.named_parameters()}
     return grads, applied_coefficient(moment, grads), export_params(model)
 
 
 @pytest.fixture(scope="module")
 def setup_and_batch(trajectory_setup):
-    _, batch = next(train_batches(trajectory_setup.left, trajectory_setup.cfg, 1))
+    batch = next(batches(trajectory_setup.left.train, trajectory_setup.cfg.batch_size,
+                         shuffle_seed=trajectory_setup.cfg.seed, epoch=0))
     return trajectory_setup, batch
 
 
 @pytest.fixture(scope="module")
-def jax_raw_grads(setup_and_batch, jax_trainer):
+def jax_raw_grads(setup_and_batch):
     """JAX's unclipped gradient of the first batch (the clip setting does not enter the loss)."""
     setup, batch = setup_and_batch
     cfg = setup.cfg
-    grad_fn = jax_loss_grad(jax_trainer(cfg).model, cfg)
+    grad_fn = jax_loss_grad(flax_module(cfg, setup.vocab_size), cfg)
     _, grads = grad_fn(flax_params(setup.neutral), jax_carry(zeros_stacked(cfg, batch.size)),
                        jax_step.batch_to_device(batch), jax.random.key(cfg.seed))
     return neutral_from_flax(grads)
 
 
 @pytest.mark.parametrize("regime", ["below", "above"])
-def test_one_adam_step_clips_and_updates_alike(setup_and_batch, jax_trainer, jax_raw_grads, regime):
+def test_one_adam_step_clips_and_updates_alike(setup_and_batch, jax_twins, jax_raw_grads, regime):
     setup, batch = setup_and_batch
     norm = float(np.sqrt(sum(np.sum(np.square(g)) for g in jax_raw_grads.values())))
     # Below: the seed's clip 5. Above: a threshold at about half the norm, so the coefficient is about 0.5.
@@ -79,13 +81,11 @@ def test_one_adam_step_clips_and_updates_alike(setup_and_batch, jax_trainer, jax
 
     grads_t, coef_t, params_t = torch_one_step(cfg, setup, batch)
 
-    trainer = jax_trainer(cfg)
-    state = jax_step.create_train_state(trainer.model, cfg, setup.neutral)
-    state, _, _ = trainer.step(state, jax_step.zero_carry(trainer.model, batch.size),
-                               jax_step.batch_to_device(batch), jax.random.key(cfg.seed))
+    twin = jax_twins(cfg)
+    state, _, _ = twin.train_step(twin.init_state(setup.neutral), twin.init_carry(), batch)
     coef_j = applied_coefficient(neutral_from_flax(optax.tree_utils.tree_get(state.opt_state, "mu")),
                                  jax_raw_grads)
-    params_j = neutral_from_flax(state.params)
+    params_j = twin.export_params(state)
 
     expected = min(1.0, clip / (norm + 1e-6))  # the formula both twins implement, for the sanity of the case
     assert abs(coef_t - expected) < 1e-6 and abs(coef_j - expected) < 1e-6

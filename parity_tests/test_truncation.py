@@ -13,19 +13,22 @@ Small word corpus written in code: E 8, H 16, T 12, B 8, L 2, dropout 0, no clip
 """
 from __future__ import annotations
 
+from itertools import islice
+
 import jax
 import pytest
 from torch import nn
 
+from common.batches import batches
 from common.data import prepare_data
 from common.params import init_params
 from parity_tests import report
 from parity_tests.conftest import nonzero_carry, small_config
 from jax_impl import step as jax_step
-from parity_tests.twins import (flax_params, jax_carry, jax_loss_grad, jax_twin, neutral_from_flax,
-                                stacked_from_jax, stacked_from_torch, torch_grads, torch_hidden, torch_inputs,
-                                torch_twin, train_batches, worst_relative_diff, zeros_stacked)
-from torch_impl.step import make_optimizer, train_step
+from parity_tests.twins import (flax_params, jax_carry, jax_loss_grad, flax_module, neutral_from_flax,
+                                stacked_from_jax, stacked_from_torch, torch_grads, torch_hidden, torch_module,
+                                worst_relative_diff, zeros_stacked)
+from torch_impl.step import TrainState, make_optimizer, to_device, train_step
 
 pytestmark = pytest.mark.slow  # tens of seconds each on a 2-core CPU
 
@@ -46,7 +49,8 @@ class Setup:
         self.vocab_size = len(self.data.vocab)
         self.neutral = init_params(self.vocab_size, self.cfg.embed_dim, self.cfg.hidden_dim, self.cfg.layers,
                                    seed=self.cfg.seed)
-        (_, self.first), (_, self.second) = list(train_batches(self.data, self.cfg, 2))
+        self.first, self.second = islice(batches(self.data.train, self.cfg.batch_size, shuffle_seed=self.cfg.seed,
+                                                 epoch=0), 2)
         self.key = jax.random.key(0)
 
 
@@ -59,7 +63,7 @@ def jax_two_batch_grads(setup: Setup, detach: bool):
     """JAX: d(loss of the second batch)/d(params), the carry coming out of the first batch's forward pass
     inside the same function, through the twin's ``forward`` and ``make_loss_fn``."""
     cfg = setup.cfg.replace(detach=detach)
-    model = jax_twin(cfg, setup.vocab_size)
+    model = flax_module(cfg, setup.vocab_size)
     loss_fn = jax_step.make_loss_fn(model, cfg)
     first, second = (jax_step.batch_to_device(b) for b in (setup.first, setup.second))
 
@@ -74,12 +78,13 @@ def jax_two_batch_grads(setup: Setup, detach: bool):
 
 def test_detach_and_stop_gradient_after_a_carried_state_give_the_same_gradients(setup):
     cfg = setup.cfg.replace(detach=True)
-    model = torch_twin(cfg, setup.neutral, setup.vocab_size)
+    model = torch_module(cfg, setup.neutral, setup.vocab_size)
     model.train()
-    tokens, _, _ = torch_inputs(setup.first)
+    tokens, _, _ = to_device(setup.first, model)
     _, hidden = model(tokens, model.init_hidden(setup.first.size))  # still attached to the first batch's graph
     assert hidden[0].grad_fn is not None
-    loss_t, new_hidden = train_step(model, make_optimizer(model, cfg), hidden, setup.second, cfg)  # detaches
+    _, new_hidden, loss_t = train_step(TrainState(model, make_optimizer(model, cfg)), hidden, setup.second,
+                                       cfg)  # detaches
     grads_t = torch_grads(model)  # clip 0: the raw gradient (the optimizer step does not touch .grad)
 
     loss_j, grads_j, carry_j = jax_two_batch_grads(setup, detach=True)
@@ -92,10 +97,10 @@ def test_detach_and_stop_gradient_after_a_carried_state_give_the_same_gradients(
 
 
 def test_untruncated_gradient_through_two_batches_agrees(setup):
-    model = torch_twin(setup.cfg, setup.neutral, setup.vocab_size)
+    model = torch_module(setup.cfg, setup.neutral, setup.vocab_size)
     model.train()
-    first_tokens = torch_inputs(setup.first)[0]
-    tokens, labels, _ = torch_inputs(setup.second)
+    first_tokens = to_device(setup.first, model)[0]
+    tokens, labels, _ = to_device(setup.second, model)
     _, hidden = model(first_tokens, model.init_hidden(setup.first.size))
     probs, _ = model(tokens, hidden)  # no detach: one unbroken graph over both batches
     nn.BCELoss()(probs, labels).backward()
@@ -113,11 +118,12 @@ def test_untruncated_gradient_through_two_batches_agrees(setup):
 def test_tbptt_chunk_truncation_gives_the_same_gradients(setup, chunk):
     cfg = setup.cfg.replace(tbptt=chunk)
     carry0 = nonzero_carry(cfg.layers, setup.second.size, cfg.hidden_dim)
-    model = torch_twin(cfg, setup.neutral, setup.vocab_size)
-    train_step(model, make_optimizer(model, cfg), torch_hidden(carry0), setup.second, cfg)  # detached chunks
+    model = torch_module(cfg, setup.neutral, setup.vocab_size)
+    state = TrainState(model, make_optimizer(model, cfg))
+    train_step(state, torch_hidden(carry0), setup.second, cfg)  # detached chunks
     grads_t = torch_grads(model)
 
-    jax_model = jax_twin(cfg, setup.vocab_size)
+    jax_model = flax_module(cfg, setup.vocab_size)
     args = (flax_params(setup.neutral), jax_carry(carry0), jax_step.batch_to_device(setup.second), setup.key)
     grads_j = neutral_from_flax(jax_loss_grad(jax_model, cfg)(*args)[1])  # in-graph stop_gradient per chunk
     whole_j = neutral_from_flax(jax_loss_grad(jax_model, cfg, truncate_chunks=False)(*args)[1])
@@ -129,7 +135,7 @@ def test_tbptt_chunk_truncation_gives_the_same_gradients(setup, chunk):
 
     # Chunking without truncation is the whole-sequence gradient: PyTorch's plain step (tbptt 0).
     plain = setup.cfg
-    model = torch_twin(plain, setup.neutral, setup.vocab_size)
-    train_step(model, make_optimizer(model, plain), torch_hidden(carry0), setup.second, plain)
+    model = torch_module(plain, setup.neutral, setup.vocab_size)
+    train_step(TrainState(model, make_optimizer(model, plain)), torch_hidden(carry0), setup.second, plain)
     worst, where = worst_relative_diff(torch_grads(model), whole_j)
     report.within(f"tbptt {chunk}, no chunk stop = full BPTT: grads rel.", worst, GRAD_TOL)

@@ -1,46 +1,63 @@
-"""Both twins side by side, driven only through their public model and training functions.
+"""Both twins side by side: what parity needs beyond the Twin protocol, and no copy of either twin's code.
 
-Every comparison starts both twins from one neutral parameter set (``common.params.init_params``) and feeds
-them the same ``common.batches`` in the same order. The helpers here convert between the two frameworks'
-containers and run each twin's own ``train_step`` in the order ``common.loop.train`` runs it (zeros at each
-epoch's start and under ``--carry reset``, else the returned carry passed on), so a trajectory here is the
-CLI's trajectory without the evaluation passes.
+Every comparison starts both twins from one neutral parameter set (``common.params.init_params``) and feeds them the
+same ``common.batches`` in the same order. Trajectories step the twins the trainers build (``twin_maker``) through
+``common.loop.train_steps``, the loop's own driver, so a trajectory here is the CLI's trajectory without the
+evaluation passes. The rest converts between the frameworks' containers (PyTorch's (L, B, H) stacks, JAX's per-layer
+pairs, float64 numpy) and calls the twins' public model and step functions.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Callable, Iterator
+from itertools import islice
+from typing import Any, Callable
 
 import jax
 import numpy as np
 import torch
 from torch import nn
 
-from common.batches import Batch, batches
+from common.batches import Batch
 from common.config import Config
+from common.loop import Twin, train_steps
 from common.params import Params
 from jax_impl import convert
 from jax_impl import model as jax_model
 from jax_impl import step as jax_step
+from jax_impl import train as jax_train
 from torch_impl import model as torch_model
 from torch_impl import step as torch_step
-
-TORCH_DTYPES = {"float32": torch.float32, "float64": torch.float64}
+from torch_impl import train as torch_train
 
 Stacked = tuple[np.ndarray, np.ndarray]  # PyTorch's (h, c), each (L, B, H), as numpy
 
 
-# ---------------------------------------------------------------- building the twins
+# ---------------------------------------------------------------- the twins, and each framework's model
 
 
-def torch_twin(cfg: Config, neutral: Params, vocab_size: int, device: str = "cpu") -> torch_model.SentimentRNN:
+def make_twin(framework: str, cfg: Config, vocab_size: int) -> Twin:
+    """The twin ``python -m {framework}_impl.train`` would build for ``cfg`` (device, dtype and numerics included)."""
+    with (torch_train if framework == "torch" else jax_train).twin_maker(cfg) as make:
+        return make(cfg, vocab_size)
+
+
+def trajectory(twin: Twin, cfg: Config, data, neutral: Params, steps: int) -> tuple[list[float], Any]:
+    """``(per-step losses, final state)`` of ``twin`` from ``neutral`` over the first ``steps`` training batches of
+    ``data``, stepped by ``common.loop.train_steps``: the loop's order and its carry policy."""
+    losses, state = [], twin.init_state(neutral)
+    for s in islice(train_steps(twin, state, data.train, cfg), steps):
+        losses.append(s.loss)
+        state = s.state
+    return losses, state
+
+
+def torch_module(cfg: Config, neutral: Params, vocab_size: int, device: str = "cpu") -> torch_model.SentimentRNN:
     """PyTorch's ``SentimentRNN`` for ``cfg`` holding exactly ``neutral``, in ``cfg.dtype`` on ``device``."""
     model = torch_model.model_from_config(cfg, vocab_size)
     torch_model.load_params(model, neutral)
-    return model.to(device=device, dtype=TORCH_DTYPES[cfg.dtype])
+    return model.to(device=device, dtype=torch_step.resolve_dtype(cfg.dtype))
 
 
-def jax_twin(cfg: Config, vocab_size: int) -> jax_model.SentimentRNN:
+def flax_module(cfg: Config, vocab_size: int) -> jax_model.SentimentRNN:
     return jax_model.model_from_config(cfg, vocab_size)
 
 
@@ -49,7 +66,7 @@ def flax_params(neutral: Params, device: Any = None) -> dict:
     return jax.device_put(convert.to_flax(neutral), device)
 
 
-# ---------------------------------------------------------------- carries and batches
+# ---------------------------------------------------------------- carries
 
 
 def torch_hidden(stacked: Stacked, dtype=torch.float32, device: str = "cpu"):
@@ -73,24 +90,6 @@ def stacked_from_jax(carry) -> Stacked:
     return tuple(np.stack([np.asarray(layer[i], np.float64) for layer in carry]) for i in (0, 1))
 
 
-def torch_inputs(batch: Batch, dtype=torch.float32, device: str = "cpu"):
-    """``(tokens (B, T) long, labels (B,), lengths (B,) CPU)`` as torch_impl.train feeds its model."""
-    return (torch.from_numpy(batch.tokens).long().to(device), torch.from_numpy(batch.labels).to(device, dtype),
-            torch.from_numpy(batch.lengths))
-
-
-def train_batches(data, cfg: Config, steps: int) -> Iterator[tuple[int, Batch]]:
-    """``(epoch, batch)`` of the first ``steps`` training steps, in the twins' order for (seed, epoch)."""
-    done, epoch = 0, 0
-    while True:
-        for batch in batches(data.train, cfg.batch_size, shuffle_seed=cfg.seed, epoch=epoch):
-            if done == steps:
-                return
-            yield epoch, batch
-            done += 1
-        epoch += 1
-
-
 # ---------------------------------------------------------------- gradients
 
 
@@ -99,17 +98,11 @@ def torch_grads(model: nn.Module) -> Params:
     return {name: p.grad.detach().cpu().double().numpy() for name, p in model.named_parameters()}
 
 
-def torch_loss_and_grads(model: nn.Module, batch: Batch, hidden, *, packed: bool) -> tuple[float, Params]:
-    """The seed's loss (``nn.BCELoss`` on the model's probabilities) and every parameter's gradient, from
-    ``hidden`` (a leaf: nothing flows back into it), in training mode (callers set dropout to 0)."""
-    model.train()
-    model.zero_grad(set_to_none=True)
-    weight = model.fc.weight
-    tokens, labels, lengths = torch_inputs(batch, weight.dtype, weight.device)
-    probs, _ = model(tokens, hidden, lengths if packed else None)
-    loss = nn.BCELoss()(probs, labels)
-    loss.backward()
-    return float(loss.detach()), torch_grads(model)
+def torch_loss_and_grads(model: nn.Module, batch: Batch, hidden, cfg: Config) -> tuple[float, Params]:
+    """The PyTorch twin's loss and every parameter's gradient (``torch_impl.step.forward_backward``), from ``hidden``
+    (a leaf: nothing flows back into it), in training mode (callers set dropout to 0)."""
+    loss, _, _ = torch_step.forward_backward(model, hidden, batch, cfg)
+    return float(loss), torch_grads(model)
 
 
 def neutral_from_flax(tree: Any) -> Params:
@@ -145,51 +138,7 @@ def worst_relative_diff(a: Params, b: Params) -> tuple[float, str]:
     return worst, where
 
 
-# ---------------------------------------------------------------- one trajectory per twin
-
-
-def torch_trajectory(cfg: Config, data, neutral: Params, steps: int, device: str = "cpu") -> list[float]:
-    """Per-step losses of ``torch_impl.step.train_step`` over the first ``steps`` batches, in the loop's order
-    (``common.loop.train``): zeros at each epoch's start and at every batch under ``--carry reset``, else the
-    returned hidden carried (``train_step`` detaches it)."""
-    model = torch_twin(cfg, neutral, len(data.vocab), device)
-    optimizer = torch_step.make_optimizer(model, cfg)
-    torch.manual_seed(cfg.seed)
-    losses, hidden, last_epoch = [], None, None
-    for epoch, batch in train_batches(data, cfg, steps):
-        if epoch != last_epoch or cfg.carry == "reset":
-            hidden, last_epoch = model.init_hidden(cfg.batch_size), epoch
-        loss, hidden = torch_step.train_step(model, optimizer, hidden, batch, cfg)
-        losses.append(loss)
-    return [float(x) for x in losses]
-
-
-@dataclass
-class JaxTrainer:
-    """The JAX twin's model and compiled ``train_step`` for one configuration (compiled once, reused)."""
-
-    cfg: Config
-    model: jax_model.SentimentRNN
-    step: Callable
-
-    @classmethod
-    def build(cls, cfg: Config, vocab_size: int) -> "JaxTrainer":
-        model = jax_twin(cfg, vocab_size)
-        return cls(cfg, model, jax_step.make_train_step(model, cfg))
-
-    def trajectory(self, data, neutral: Params, steps: int, device: Any = None) -> list[float]:
-        """Per-step losses in the loop's order (``common.loop.train``): a zero carry at each epoch's start, and
-        at every batch under ``--carry reset``."""
-        cfg, model = self.cfg, self.model
-        state = jax_step.create_train_state(model, cfg, neutral, device)
-        key = jax.device_put(jax.random.key(cfg.seed), device)
-        losses, carry, last_epoch = [], None, None
-        for epoch, batch in train_batches(data, cfg, steps):
-            if epoch != last_epoch or cfg.carry == "reset":
-                carry, last_epoch = jax_step.zero_carry(model, cfg.batch_size, device), epoch
-            state, carry, metrics = self.step(state, carry, jax_step.batch_to_device(batch, device), key)
-            losses.append(metrics.loss)
-        return [float(x) for x in jax.device_get(losses)]
+# ---------------------------------------------------------------- JAX's loss function
 
 
 def jax_loss_grad(model: jax_model.SentimentRNN, cfg: Config, **loss_options) -> Callable:

@@ -94,6 +94,8 @@ def check_config(cfg: Config, world: World | None) -> None:
         raise ConfigError(f"--batch-size {cfg.batch_size} does not split evenly over {size} processes: pass a "
                           f"--batch-size that is a multiple of {size}, or a --nproc_per_node that divides "
                           f"{cfg.batch_size}")
+    if cfg.torch_compile and world:
+        raise ConfigError("--torch-compile is for one process: under torchrun, leave it off")
 
 
 def join_process_group(world: World, device: torch.device) -> torch.device:

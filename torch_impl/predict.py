@@ -19,20 +19,20 @@ def model_from_checkpoint(ckpt: Checkpoint, device: torch.device) -> SentimentRN
 
 
 @torch.no_grad()
-def predict(model: SentimentRNN, ckpt: Checkpoint, texts: Sequence[str], batch_size: int = 256) -> np.ndarray:
-    """(N,) float32 P(positive) of each text, ``batch_size`` texts at a time."""
+def predict_probs(ckpt: Checkpoint, texts: Sequence[str], device: torch.device, batch_size: int = 256) -> np.ndarray:
+    """(N,) float64 P(positive) of each text, ``batch_size`` texts at a time, from a zero carry with dropout off."""
+    model = model_from_checkpoint(ckpt, device)
     tokens, lengths = encode_for(ckpt, texts)
     probs = []
     for lo in range(0, len(texts), batch_size):
         rows = slice(lo, lo + batch_size)
         x = torch.from_numpy(tokens[rows]).to(model.fc.weight.device).long()  # (B, T)
         out, _ = model(x, model.init_hidden(x.shape[0]), None if lengths is None else torch.from_numpy(lengths[rows]))
-        probs.append(out.float().cpu().numpy())
+        probs.append(out.double().cpu().numpy())
     return np.concatenate(probs)
 
 
-main = predict_main("python -m torch_impl.predict", resolve_device,
-                    lambda ckpt, texts, device: predict(model_from_checkpoint(ckpt, device), ckpt, texts))
+main = predict_main("python -m torch_impl.predict", resolve_device, predict_probs)
 
 if __name__ == "__main__":
     sys.exit(main())

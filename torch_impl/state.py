@@ -1,6 +1,6 @@
 """The training state behind ``--checkpoint-every`` / ``--resume``: everything a run needs to continue as if it
 had never stopped (bitwise, on the CPU). One directory per checkpoint, made atomically by
-``common.runstate.write_checkpoint``:
+:func:`write_checkpoint` (no library writes a directory of safetensors and JSON atomically and keeps the newest N):
 
     model.safetensors      parameters, under the state-dict names, in the compute dtype
     optimizer.safetensors  Adam's state per parameter: NAME.exp_avg, NAME.exp_avg_sq, NAME.step
@@ -12,14 +12,17 @@ had never stopped (bitwise, on the CPU). One directory per checkpoint, made atom
 
 A missing, extra, truncated or altered file is a :class:`CheckpointError` naming it: ``load_latest`` falls back.
 """
+import shutil
+from dataclasses import asdict
 from pathlib import Path
+from typing import Callable
 
 import torch
 from torch import nn
 
 from common.errors import CheckpointError, UserError
-from common.files import CHECKSUM_FILE, read_json, verify_manifest, write_json, write_manifest
-from common.runstate import Progress, read_progress
+from common.files import CHECKSUM_FILE, atomic_dir, read_json, verify_manifest, write_json, write_manifest
+from common.runstate import PREFIX, PROGRESS_FILE, Progress, checkpoint_dirs, read_progress, step_dir
 
 FORMAT = "lstm-twins/torch-training-state"
 VERSION = 3  # versions 1 and 2 kept their checksums in state.json: refused, not read
@@ -27,6 +30,20 @@ MODEL_FILE, OPTIMIZER_FILE = "model.safetensors", "optimizer.safetensors"
 CARRY_FILE, RNG_FILE, STATE_FILE = "carry.safetensors", "rng.safetensors", "state.json"
 ADAM_KEYS = ("exp_avg", "exp_avg_sq", "step")
 Tensors = dict[str, torch.Tensor]
+
+
+def write_checkpoint(root: str | Path, progress: Progress, write_state: Callable[[Path], None], keep: int = 3) -> Path:
+    """Create ``root/step_N`` atomically (replacing one there: after a fallback past it): progress.json first,
+    then ``write_state(dir)`` adds the twin's files. Older ones beyond the newest ``keep`` (≥ 1) are removed."""
+    final = step_dir(root, progress.step)
+    with atomic_dir(final, "training checkpoints") as tmp:
+        write_json(tmp / PROGRESS_FILE, asdict(progress))
+        write_state(tmp)
+    for _, old in checkpoint_dirs(root)[:-keep]:
+        shutil.rmtree(old, ignore_errors=True)
+    for stale in Path(root).glob(f".{PREFIX}*"):  # left by a run killed mid-write (one writer per root)
+        shutil.rmtree(stale, ignore_errors=True)
+    return final
 
 
 def _cpu(t: torch.Tensor) -> torch.Tensor:

@@ -1,9 +1,10 @@
 """The PyTorch twin's steps: the seed's training step (with ``repackage_hidden``) and evaluation step.
 
-    loss, hidden = train_step(model, optimizer, hidden, batch, cfg)   # detach, forward, BCE, backward, clip, Adam
-    loss_sum, correct = eval_step(model, batch)                      # zero hidden state, dropout off
+    state, hidden, loss = train_step(state, hidden, batch, cfg)   # detach, forward, BCE, backward, clip, Adam
+    loss_sum, correct = eval_step(model, batch)                  # zero hidden state, dropout off
 """
 import math
+from dataclasses import dataclass
 
 import torch
 from torch import nn
@@ -62,19 +63,24 @@ def repackage_hidden(h):
     return h.detach() if isinstance(h, torch.Tensor) else tuple(repackage_hidden(v) for v in h)
 
 
-def train_step(model: SentimentRNN, optimizer: torch.optim.Optimizer, hidden: Hidden, batch: Batch, cfg: Config,
-               retain_graph: bool = False) -> tuple[torch.Tensor, Hidden]:
-    """One optimizer step on ``batch``: ``(loss, hidden)``, the loss a detached scalar tensor (no host sync), NaN
-    when the model's output or the gradient was not finite (one check by the caller covers both), and the hidden
-    state to carry into the next batch. With ``cfg.skip_nonfinite`` such a step changes nothing (no update, the
-    incoming hidden is returned); deciding that needs one host sync, which only that option pays."""
+@dataclass
+class TrainState:
+    """The model and its optimizer (both updated in place by a step)."""
+
+    model: nn.Module
+    optimizer: torch.optim.Optimizer
+
+
+def forward_backward(model: nn.Module, hidden: Hidden, batch: Batch, cfg: Config,
+                     retain_graph: bool = False) -> tuple[torch.Tensor, Hidden, torch.Tensor]:
+    """The batch's loss (the seed's ``BCELoss`` on the model's probabilities) and its gradient, in training mode:
+    ``(loss, hidden to carry on, whether every output was finite)``, each parameter's ``.grad`` set afresh. The
+    incoming ``hidden`` is detached first (the seed's fix) unless ``--no-detach``."""
     model.train()
     tokens, labels, lengths = to_device(batch, model)
     if cfg.detach:
         # Without this, backward() would run into the previous batch's graph, already freed: the seed's bug.
         hidden = repackage_hidden(hidden)
-    incoming = hidden
-
     if cfg.tbptt:
         # Truncated BPTT inside the batch: the carry crosses each chunk boundary detached; loss on the last step.
         chunks = tokens.split(cfg.tbptt, dim=1)
@@ -84,20 +90,29 @@ def train_step(model: SentimentRNN, optimizer: torch.optim.Optimizer, hidden: Hi
         output, hidden = model(chunks[-1], hidden)
     else:
         output, hidden = model(tokens, hidden, lengths if cfg.padding == "right" else None)
-
     # BCELoss refuses a NaN probability; the same values otherwise, and a non-finite output makes a NaN loss.
     finite_output = torch.isfinite(output)
     loss = nn.BCELoss()(torch.where(finite_output, output, 0.5), labels)
-    optimizer.zero_grad()
+    model.zero_grad()
     loss.backward(retain_graph=retain_graph)
+    return loss.detach(), hidden, finite_output.all()
+
+
+def train_step(state: TrainState, hidden: Hidden, batch: Batch, cfg: Config,
+               retain_graph: bool = False) -> tuple[TrainState, Hidden, torch.Tensor]:
+    """One optimizer step on ``batch``: ``(state, hidden, loss)``, the hidden state to carry into the next batch and
+    the loss a detached scalar tensor (no host sync), NaN when the model's output or the gradient was not finite (one
+    check by the caller covers both). With ``cfg.skip_nonfinite`` such a step changes nothing (no update, the incoming
+    hidden is returned); deciding that needs one host sync, which only that option pays."""
+    loss, new_hidden, finite_output = forward_backward(state.model, hidden, batch, cfg, retain_graph)
     # Clipping keeps the exploding-gradient problem of RNNs in check.
-    grad_norm = nn.utils.clip_grad_norm_(model.parameters(), cfg.clip or math.inf)  # max_norm inf: multiplies by 1
-    loss = torch.where(torch.isfinite(grad_norm) & finite_output.all(), loss.detach(), torch.nan)
+    grad_norm = nn.utils.clip_grad_norm_(state.model.parameters(), cfg.clip or math.inf)  # max_norm inf: times 1
+    loss = torch.where(torch.isfinite(grad_norm) & finite_output, loss, torch.nan)
     if cfg.skip_nonfinite and not bool(torch.isfinite(loss)):
-        optimizer.zero_grad()
-        return loss, repackage_hidden(incoming)
-    optimizer.step()
-    return loss, hidden
+        state.optimizer.zero_grad()
+        return state, repackage_hidden(hidden), loss
+    state.optimizer.step()
+    return state, new_hidden, loss
 
 
 @torch.no_grad()

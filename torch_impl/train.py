@@ -10,7 +10,6 @@ DistributedDataParallel, each process on its slice of every batch (:mod:`torch_i
 """
 import sys
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
@@ -21,22 +20,15 @@ from common.batches import Batch
 from common.config import Config, parse_config
 from common.errors import ConfigError, cli_main
 from common.params import Params
-from common.runstate import Progress, write_checkpoint
+from common.runstate import Progress
 from torch_impl.distributed import (World, check_config, dropout_seed, join_process_group, leave_process_group,
                                      world_from_environment, wrap)
-from torch_impl.model import Hidden, SentimentRNN, export_params, load_params, model_from_config
-from torch_impl.state import load_training_state, restore_training_state, save_training_state
-from torch_impl.step import eval_step, make_optimizer, resolve_device, resolve_dtype, set_numerics, train_step
+from torch_impl.model import Hidden, export_params, load_params, model_from_config
+from torch_impl.state import load_training_state, restore_training_state, save_training_state, write_checkpoint
+from torch_impl.step import (TrainState, eval_step, make_optimizer, resolve_device, resolve_dtype, set_numerics,
+                             train_step)
 
 PROG = "python -m torch_impl.train"
-
-
-@dataclass
-class TrainState:
-    """The model and its optimizer (both updated in place by a step)."""
-
-    model: SentimentRNN
-    optimizer: torch.optim.Optimizer
 
 
 def no_detach_message(err: RuntimeError) -> str:
@@ -65,7 +57,13 @@ class TorchTwin:
         seed = self.cfg.seed if self.world is None else dropout_seed(self.cfg.seed, self.world.rank)
         torch.manual_seed(seed)  # dropout's stream
         trained = self.model if self.world is None else wrap(self.model)
+        if self.cfg.torch_compile:  # Dynamo and Inductor do their work inside the first call
+            trained = torch.compile(trained)
         return TrainState(trained, make_optimizer(self.model, self.cfg))
+
+    def compile(self, state: TrainState, kind: str, batch: Batch) -> dict[str, float]:
+        """Nothing is compiled ahead of the first call (under --torch-compile, Dynamo works inside it)."""
+        return {}
 
     def init_carry(self) -> Hidden:
         return self.model.init_hidden(self.rows)
@@ -73,7 +71,7 @@ class TorchTwin:
     def train_step(self, state: TrainState, carry: Hidden, batch: Batch) -> tuple[TrainState, Hidden, float]:
         batch = batch if self.world is None else self.world.part(batch)  # this rank's contiguous rows
         try:
-            loss, carry = train_step(state.model, state.optimizer, carry, batch, self.cfg)
+            state, carry, loss = train_step(state, carry, batch, self.cfg)
         except RuntimeError as err:  # then ``carry`` is still the incoming one
             if not self.cfg.detach and carry[0].grad_fn is not None:  # it reaches into the previous batch's graph
                 raise ConfigError(no_detach_message(err)) from None
@@ -85,7 +83,8 @@ class TorchTwin:
         batch = batch if self.world is None else self.world.part(batch)
         if batch.size == 0:  # a last batch smaller than the number of ranks
             return 0.0, 0
-        return eval_step(self.model, batch, packed=self.cfg.padding == "right")
+        model = state.model if self.cfg.torch_compile else self.model  # (under DDP state.model is the wrapper)
+        return eval_step(model, batch, packed=self.cfg.padding == "right")
 
     def sum_over_processes(self, loss_sum: float, correct: int) -> tuple[float, int]:
         return (loss_sum, correct) if self.world is None else tuple(self.world.sum(loss_sum, correct))

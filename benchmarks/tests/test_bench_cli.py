@@ -34,7 +34,7 @@ def test_bad_flag_exit_status_from_the_real_command_line():
 
 
 RESULT_KEYS = {"framework", "variant", "step", "config", "compile_s", "first_step_s", "step_s", "samples_per_s",
-               "tokens_per_s", "peak_mem_mb", "gflop_per_step", "achieved_gflop_s", "utilisation", "status",
+               "peak_mem_mb", "achieved_gflop_s", "utilisation", "status",
                "model_gflop_per_step", "executed_gflop_per_step", "flush_denormal", "rounds", "round_s"}
 
 
@@ -48,10 +48,11 @@ def test_quick_run_writes_the_table_results_json_markdown_and_charts(tmp_path):
     assert "jax:cudnn: skipped: cudnn LSTM needs a CUDA GPU; this backend is cpu" in proc.stdout
 
     doc = json.loads((out / "results.json").read_text(encoding="utf-8"))
-    assert {"environment", "gemm_peak_gflop_s", "parity", "results", "settings", "base_config"} <= doc.keys()
+    assert {"environment", "gemm_peak", "parity", "results", "settings", "base_config"} <= doc.keys()
+    assert doc["schema_version"] == 4
     assert {"date", "cpu_model", "python", "versions", "xla_env"} <= doc["environment"].keys()
     assert doc["environment"]["xla_env"]["xla_scatter_workaround"] is False  # a CPU host: no GPU workaround
-    assert doc["gemm_peak_gflop_s"] > 0
+    assert doc["gemm_peak"]["gflop_s"] > 0
     # Each library's peak at the precision its twin runs: full float32 (XLA's HIGHEST), no numpy on a GPU run.
     assert {k: v["precision"] for k, v in doc["gemm_peak"]["measurements"].items()} == {
         "torch": "float32", "jax": "highest", "numpy": "float32"}

@@ -1,59 +1,59 @@
-"""Rows, paired comparisons, the GEMM peak, parity, tables and compare, from synthetic sessions (no worker runs)."""
+"""Rows, paired comparisons, the GEMM peak, parity, tables, compare and the results schema, from synthetic sessions
+(no worker runs)."""
 import json
+from dataclasses import asdict, replace
 
 import numpy as np
 import pytest
 
-from benchmarks import report
+from benchmarks import report, schema
+from benchmarks.schema import EntryResult, Round, Session, Setup
 from common.config import Config
 from common.errors import ConfigError
 
 CFG = Config(batch_size=4, seq_len=10, embed_dim=8, hidden_dim=16, layers=2).to_dict()
 
 
-def _entry(train_s, eval_s, framework="torch", lstm_impl="nn.LSTM", flush=True):
-    setup = {"vocab_size": 30, "record": {"lstm_impl": lstm_impl, "flush_denormal": flush, "allow_tf32": False},
-             "info": {"device": "cpu", "device_name": "cpu"},
-             "phases": {k: {"first_step_s": 0.5, "peak_rss_mb": 300.0} for k in ("train", "eval")}}
-    return {"status": "ok", "error": None, "setup": setup, "round_s": {"train": train_s, "eval": eval_s},
-            "steps_per_round": {"train": 3, "eval": 5}}
+def _entry(train_s, eval_s, lstm_impl="nn.LSTM", flush=True) -> EntryResult:
+    setup = Setup(vocab_size=30, record={"lstm_impl": lstm_impl, "flush_denormal": flush, "allow_tf32": False},
+                  info={"device": "cpu", "device_name": "cpu"},
+                  phases={k: {"first_step_s": 0.5, "peak_rss_mb": 300.0} for k in ("train", "eval")})
+    return EntryResult("ok", None, setup, {"train": train_s, "eval": eval_s}, {"train": 3, "eval": 5})
 
 
-def _session(n=5):
-    rounds = [{"order": [], "load": 0.1 * i, "busy": i == 4} for i in range(n)]
-    return {"entries": {"torch:eager": _entry([0.2] * n, [0.10] * n),
-                        "jax:jit": _entry([0.1] * n, [0.05, 0.10, 0.05, 0.10, 0.05][:n], "jax", "fused"),
-                        "jax:cudnn": {"status": "skipped",
-                                      "error": "cudnn LSTM needs a CUDA GPU; this backend is cpu"}},
-            "rounds": {"eval": rounds, "train": rounds}, "parity": {}, "gemm": {}}
+def _session(n=5) -> Session:
+    rounds = [Round([], 0.1 * i, i == 4) for i in range(n)]
+    return Session({"torch:eager": _entry([0.2] * n, [0.10] * n),
+                    "jax:jit": _entry([0.1] * n, [0.05, 0.10, 0.05, 0.10, 0.05][:n], "fused"),
+                    "jax:cudnn": EntryResult("skipped", "cudnn LSTM needs a CUDA GPU; this backend is cpu")},
+                   {"eval": rounds, "train": rounds})
 
 
 def test_row_takes_the_median_over_rounds_and_derives_throughput_flops_and_utilisation():
-    rows = report.rows_for(_session(), {k: CFG for k in _session()["entries"]}, None, peak=10.0)
-    jit = next(r for r in rows if r["variant"] == "jit" and r["step"] == "train")
+    rows = report.rows_for(_session(), {k: CFG for k in _session().entries}, None, peak=10.0)
+    jit = next(r for r in rows if r.variant == "jit" and r.step == "train")
     model = 3 * (2 * 40 * 64 * (8 + 16) + 2 * 40 * 64 * (16 + 16) + 2 * 4 * 16) / 1e9
-    assert jit["step_s"] == {"median": pytest.approx(0.1), "p25": pytest.approx(0.1), "p75": pytest.approx(0.1)}
-    assert jit["model_gflop_per_step"] == pytest.approx(model, rel=1e-12) == jit["gflop_per_step"]
-    assert jit["samples_per_s"] == pytest.approx(4 / 0.1) and jit["tokens_per_s"] == pytest.approx(40 / 0.1)
-    assert jit["utilisation"] == pytest.approx(model / 0.1 / 10.0)
-    assert (jit["flush_denormal"], jit["rounds"], jit["steps_per_round"]) == (True, 5, 3)
+    assert asdict(jit.step_s) == {"median": pytest.approx(0.1), "p25": pytest.approx(0.1), "p75": pytest.approx(0.1)}
+    assert jit.model_gflop_per_step == pytest.approx(model, rel=1e-12)
+    assert jit.samples_per_s == pytest.approx(4 / 0.1)
+    assert jit.utilisation == pytest.approx(model / 0.1 / 10.0)
+    assert (jit.flush_denormal, jit.rounds, jit.steps_per_round) == (True, 5, 3)
 
 
 def test_executed_flops_credit_the_fold_only_to_the_fused_stack():
-    rows = report.rows_for(_session(), {k: CFG for k in _session()["entries"]}, None, peak=None)
-    by = {(r["variant"], r["step"]): r for r in rows}
+    rows = report.rows_for(_session(), {k: CFG for k in _session().entries}, None, peak=None)
+    by = {(r.variant, r.step): r for r in rows}
     saved = 2 * 4 * 16 * 8 * (40 - 30) / 1e9  # layer 0's projection over 30 table rows instead of 40 tokens
-    assert by["jit", "eval"]["executed_gflop_per_step"] == pytest.approx(by["jit", "eval"]["model_gflop_per_step"]
-                                                                        - saved, rel=1e-12)
-    assert by["eager", "eval"]["executed_gflop_per_step"] == by["eager", "eval"]["model_gflop_per_step"]
+    assert by["jit", "eval"].executed_gflop_per_step == pytest.approx(by["jit", "eval"].model_gflop_per_step
+                                                                      - saved, rel=1e-12)
+    assert by["eager", "eval"].executed_gflop_per_step == by["eager", "eval"].model_gflop_per_step
 
 
 def test_a_skipped_variant_becomes_rows_with_its_reason_and_no_numbers():
-    rows = report.rows_for(_session(), {k: {**CFG, "lstm_impl": "cudnn"} for k in _session()["entries"]}, None, 1.0)
-    cudnn = [r for r in rows if r["variant"] == "cudnn"]
-    assert [(r["step"], r["status"], r["step_s"]) for r in cudnn] == [("train", "skipped", None),
-                                                                     ("eval", "skipped", None)]
-    assert cudnn[0]["error"] == "cudnn LSTM needs a CUDA GPU; this backend is cpu"
+    rows = report.rows_for(_session(), {k: {**CFG, "lstm_impl": "cudnn"} for k in _session().entries}, None, 1.0)
+    cudnn = [r for r in rows if r.variant == "cudnn"]
+    assert [(r.step, r.status, r.step_s) for r in cudnn] == [("train", "skipped", None), ("eval", "skipped", None)]
+    assert cudnn[0].error == "cudnn LSTM needs a CUDA GPU; this backend is cpu"
 
 
 def test_paired_ratio_is_the_median_per_round_ratio_with_a_bootstrap_interval():
@@ -66,12 +66,11 @@ def test_paired_ratio_is_the_median_per_round_ratio_with_a_bootstrap_interval():
 
 def test_comparisons_pair_every_variant_with_the_baseline_per_step_kind():
     out = report.comparisons_for(_session(), None)
-    assert [(c["variant"], c["step"]) for c in out] == [("jax:jit", "eval"), ("jax:jit", "train")]
+    assert [(c.variant, c.step) for c in out] == [("jax:jit", "eval"), ("jax:jit", "train")]
     train = out[1]
-    assert {"baseline", "variant", "step", "ratio", "ci95", "rounds", "method"} <= train.keys()
-    assert (train["baseline"], train["ratio"], train["ci95"], train["rounds"]) == ("torch:eager", 2.0, [2.0, 2.0], 5)
-    assert train["busy_rounds"] == 1 and "bootstrap" in train["method"]
-    assert out[0]["ratio"] == pytest.approx(2.0)  # per-round ratios 2, 1, 2, 1, 2
+    assert (train.baseline, train.ratio, train.ci95, train.rounds) == ("torch:eager", 2.0, [2.0, 2.0], 5)
+    assert train.busy_rounds == 1 and "bootstrap" in train.method
+    assert out[0].ratio == pytest.approx(2.0)  # per-round ratios 2, 1, 2, 1, 2
 
 
 def test_gemm_peak_is_the_best_measurement_on_the_benchmark_device():
@@ -94,18 +93,20 @@ def test_parity_reports_each_variants_largest_loss_difference_from_the_baseline(
 
 
 def test_warnings_flag_busy_rounds_mixed_devices_and_utilisation_above_the_peak():
-    rows = [{"framework": "torch", "device_name": "cpu", "utilisation": 1.2},
-            {"framework": "jax", "device_name": "NVIDIA H200", "utilisation": 0.3}]
-    out = report.warnings(rows, [{"busy": True}, {"busy": False}])
+    torch, jit = (r for r in report.rows_for(_session(), {k: CFG for k in _session().entries}, None, peak=None)
+                  if r.step == "train" and r.status == "ok")
+    rows = [replace(torch, utilisation=1.2), replace(jit, device_name="NVIDIA H200", utilisation=0.3)]
+    out = report.warnings(rows, [Round([], 2.0, True), Round([], 0.0, False)])
     assert len(out) == 3
     assert "different devices" in out[0] and "exceeds the measured GEMM peak" in out[1]
     assert out[2].startswith("1 of 2 rounds ran while other processes used more than half the cores")
-    assert report.warnings(rows[:1] and [{**rows[0], "utilisation": 0.4}], [{"busy": False}]) == []
+    assert report.warnings([replace(torch, utilisation=0.4)], [Round([], 0.0, False)]) == []
 
 
 def _doc(session, sweep=None):
-    rows = report.rows_for(session, {k: CFG for k in session["entries"]}, sweep, None)
-    return {"results": rows, "comparisons": report.comparisons_for(session, sweep),
+    rows = report.rows_for(session, {k: CFG for k in session.entries}, sweep, None)
+    return {"results": [asdict(r) for r in rows], "comparisons": [asdict(c) for c in
+                                                                 report.comparisons_for(session, sweep)],
             "environment": {"date": "d", "cpu_model": "AMD EPYC", "devices": {"torch": "cpu"}}}
 
 
@@ -121,31 +122,49 @@ def test_sweep_rows_give_each_value_its_times_and_paired_ratios(tmp_path):
 
 def test_compare_sets_matching_rows_side_by_side():
     slow = _session()
-    slow["entries"]["jax:jit"]["round_s"]["train"] = [0.4] * 5
+    slow.entries["jax:jit"].round_s["train"] = [0.4] * 5
     text = report.compare(_doc(_session()), _doc(slow), ["a", "b"], markdown=False)
     line = next(x for x in text.splitlines() if x.startswith("jax:jit") and " train " in x)
     assert line.split()[-3:] == ["100.0", "400.0", "0.25×"]
     assert report.compare(_doc(_session()), _doc(slow), ["a", "b"], markdown=True).startswith("# Two benchmark runs")
 
 
-@pytest.mark.parametrize("content, message", [(None, "no such results directory"), ("{not json", "not a bench"),
-                                              ('{"results": [{"variant": 1}]}', "not a bench")])
-def test_load_results_refuses_a_missing_or_malformed_input(tmp_path, content, message):
+@pytest.mark.parametrize("content, message", [
+    (None, "no such results directory"), ("{not json", "not a bench"),
+    ('{"results": "x"}', "no results list"),
+    ('{"schema_version": 3, "results": []}', "schema_version 3; this bench reads version 4 only"),
+    ('{"schema_version": 4, "results": [{"variant": 1}]}', r"results\[0\]\.framework is missing"),
+    ('{"schema_version": 4, "results": [{"framework": "jax", "variant": "jit", "step": "train", "sweep": null, '
+     '"step_s": 0.1}]}', r"results\[0\]\.step_s is missing or of the wrong type"),
+    ('{"schema_version": 4, "results": [{"framework": "jax", "variant": "jit", "step": "train", "sweep": null, '
+     '"step_s": {"median": "fast"}}]}', r"results\[0\]\.step_s\.median is not a positive number")])
+def test_reading_a_run_refuses_a_missing_malformed_or_other_version_file_naming_it(tmp_path, content, message):
     path = tmp_path / "results.json"
     if content is not None:
         path.write_text(content, encoding="utf-8")
-    with pytest.raises(ConfigError, match=message):
-        report.load_results(str(path))
-    if content is not None:
-        assert json.dumps(report.load_results.__doc__)  # the directory form reads the same file
-        with pytest.raises(ConfigError, match=message):
-            report.load_results(str(tmp_path))
+    for spec in (str(path), str(tmp_path)):  # the file, or the directory that holds it
+        with pytest.raises(ConfigError, match=message) as err:
+            schema.read_run(spec)
+        assert str(err.value).count("\n") == 0 and (content is None or str(path) in str(err.value))
+
+
+def test_a_written_run_reads_back_with_every_row_field(tmp_path):
+    session = _session()
+    rows = report.rows_for(session, {k: CFG for k in session.entries}, None, peak=10.0)
+    run = schema.Run(schema.SCHEMA_VERSION, ["bench.py"], {}, {}, CFG, 30, {}, {"gflop_s": 10.0}, rows,
+                     report.comparisons_for(session, None), session.rounds, {}, report.parity({}, 0), [])
+    schema.write_json(run, tmp_path / "results.json")
+    doc = schema.read_run(str(tmp_path))
+    assert doc == json.loads(json.dumps(asdict(run)))
+    assert set(doc["results"][0]) == {f for f in schema.Row.__dataclass_fields__}  # no key beside the schema's
 
 
 def test_efficiency_is_throughput_per_device_relative_to_the_smallest_count():
-    def row(devices, samples_per_s, framework="torch"):
-        return {"framework": framework, "variant": "eager", "step": "train", "sweep": {"field": "devices",
-                "value": devices}, "step_s": {"median": 1.0}, "samples_per_s": samples_per_s}
-    rows = [row(1, 100.0), row(2, 150.0), row(4, 200.0), row(2, 80.0, "jax")]
+    torch, jit = (r for r in report.rows_for(_session(), {k: CFG for k in _session().entries}, None, peak=None)
+                  if r.step == "train" and r.status == "ok")
+
+    def row(like, devices, samples_per_s):
+        return replace(like, sweep={"field": "devices", "value": devices}, samples_per_s=samples_per_s)
+    rows = [row(torch, 1, 100.0), row(torch, 2, 150.0), row(torch, 4, 200.0), row(jit, 2, 80.0)]
     report.add_efficiency(rows)
-    assert [r["efficiency"] for r in rows] == pytest.approx([1.0, 0.75, 0.5, 1.0])  # 150 / (2 × 100), 200 / (4 × 100)
+    assert [r.efficiency for r in rows] == pytest.approx([1.0, 0.75, 0.5, 1.0])  # 150 / (2 × 100), 200 / (4 × 100)

@@ -34,11 +34,10 @@ def test_predict_cli_prints_json_probabilities_from_a_checkpoint(checkpoint):
 def test_predict_probabilities_are_the_models_sigmoid_with_a_zero_carry(tiny, checkpoint):
     import jax
     from jax_impl.convert import to_flax
-    from jax_impl.step import zero_carry
     from common.data import encode_texts
     texts = ["good movie", "the worst"]
     tokens, _ = encode_texts(texts, tiny.data.vocab, tiny.data.tokenizer, tiny.cfg.seq_len)
-    logits, _ = jax.jit(tiny.model.apply)({"params": to_flax(tiny.neutral)}, tokens, zero_carry(tiny.model, 2))
+    logits, _ = jax.jit(tiny.model.apply)({"params": to_flax(tiny.neutral)}, tokens, tiny.model.zero_carry(2))
     np.testing.assert_allclose(predict_probs(load_checkpoint(checkpoint), texts),
                                1 / (1 + np.exp(-np.asarray(logits, np.float64))), rtol=1e-6)
 

@@ -8,16 +8,21 @@ import pytest
 from jax_impl.convert import to_flax
 from common.errors import ConfigError
 from common.config import Config
-from jax_impl.model import IMPLEMENTATIONS, SentimentRNN, init_carry, model_from_config, resolve_lstm_impl
+from jax_impl.model import IMPLEMENTATIONS, SentimentRNN, bind_lstm, model_from_config, resolve_lstm_impl
 
 B, T, V, E, H, L = 3, 7, 11, 8, 16, 2
 CPU_IMPLEMENTATIONS = sorted(set(IMPLEMENTATIONS) - {"cudnn"})  # cudnn: jax_impl/tests/test_cudnn.py
 
 
+def zeros(dtype=jnp.float32):
+    """The zero carry: L pairs (h, c), each (B, H), in ``dtype``."""
+    return SentimentRNN(V, E, H, L, dtype=dtype).zero_carry(B)
+
+
 @pytest.fixture(scope="module", params=CPU_IMPLEMENTATIONS)
 def setup(request):
     from common.params import init_params
-    model = SentimentRNN(V, E, H, L, dropout=0.5, fc_dropout=0.3, lstm_impl=request.param)
+    model = SentimentRNN(V, E, H, L, dropout=0.5, fc_dropout=0.3, lstm=bind_lstm(request.param))
     params = jax.tree_util.tree_map(jnp.asarray, to_flax(init_params(V, E, H, L, seed=1)))
     tokens = jnp.asarray(np.random.default_rng(0).integers(1, V, (B, T)), jnp.int32)
     apply = jax.jit(lambda p, t, c, k, train: model.apply({"params": p}, t, c, train=train, rngs={"dropout": k}),
@@ -27,7 +32,7 @@ def setup(request):
 
 def test_logits_and_carry_have_the_documented_shapes(setup):
     model, params, tokens, apply = setup
-    logits, carry = apply(params, tokens, init_carry(B, L, H), jax.random.key(0), False)
+    logits, carry = apply(params, tokens, zeros(), jax.random.key(0), False)
     assert logits.shape == (B,) and logits.dtype == jnp.float32
     assert len(carry) == L
     for h, c in carry:
@@ -36,7 +41,7 @@ def test_logits_and_carry_have_the_documented_shapes(setup):
 
 def test_flax_init_gives_the_same_tree_as_the_conversion(setup):
     model, params, tokens, _ = setup
-    initialised = jax.eval_shape(model.init, jax.random.key(0), tokens, init_carry(B, L, H))["params"]
+    initialised = jax.eval_shape(model.init, jax.random.key(0), tokens, zeros())["params"]
     shapes = jax.tree_util.tree_map(jnp.shape, initialised)
     assert shapes == jax.tree_util.tree_map(jnp.shape, params)
 
@@ -44,17 +49,17 @@ def test_flax_init_gives_the_same_tree_as_the_conversion(setup):
 def test_the_carry_is_threaded_into_the_next_batch(setup):
     model, params, tokens, apply = setup
     key = jax.random.key(0)
-    _, carry1 = apply(params, tokens, init_carry(B, L, H), key, False)
+    _, carry1 = apply(params, tokens, zeros(), key, False)
     second = tokens[:, ::-1]
     from_carry, _ = apply(params, second, carry1, key, False)
-    from_zeros, _ = apply(params, second, init_carry(B, L, H), key, False)
+    from_zeros, _ = apply(params, second, zeros(), key, False)
     # The second batch's logits depend on the first batch's final state.
     assert np.max(np.abs(np.asarray(from_carry) - np.asarray(from_zeros))) > 1e-4
 
 
 def test_the_new_carry_is_the_top_layers_final_state_that_the_logit_reads(setup):
     model, params, tokens, apply = setup
-    logits, carry = apply(params, tokens, init_carry(B, L, H), jax.random.key(0), False)
+    logits, carry = apply(params, tokens, zeros(), jax.random.key(0), False)
     top_h = np.asarray(carry[-1][0])
     expected = top_h @ np.asarray(params["fc"]["kernel"])[:, 0] + np.asarray(params["fc"]["bias"])[0]
     np.testing.assert_allclose(np.asarray(logits), expected, rtol=1e-5, atol=1e-6)
@@ -63,15 +68,15 @@ def test_the_new_carry_is_the_top_layers_final_state_that_the_logit_reads(setup)
 def test_same_inputs_give_bit_identical_outputs(setup):
     model, params, tokens, apply = setup
     key = jax.random.key(3)
-    a = apply(params, tokens, init_carry(B, L, H), key, True)
-    b = apply(params, tokens, init_carry(B, L, H), key, True)
+    a = apply(params, tokens, zeros(), key, True)
+    b = apply(params, tokens, zeros(), key, True)
     for x, y in zip(jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b)):
         assert np.array_equal(np.asarray(x), np.asarray(y))
 
 
 def test_dropout_acts_only_in_training_and_follows_the_key(setup):
     model, params, tokens, apply = setup
-    carry = init_carry(B, L, H)
+    carry = zeros()
     eval_a, _ = apply(params, tokens, carry, jax.random.key(0), False)
     eval_b, _ = apply(params, tokens, carry, jax.random.key(1), False)
     train_a, _ = apply(params, tokens, carry, jax.random.key(0), True)
@@ -84,7 +89,7 @@ def test_dropout_acts_only_in_training_and_follows_the_key(setup):
 def test_masked_mode_ignores_everything_past_each_texts_length(setup):
     model, params, tokens, _ = setup
     lengths = jnp.array([2, 5, 7], jnp.int32)
-    apply = jax.jit(lambda t: model.apply({"params": params}, t, init_carry(B, L, H), lengths))
+    apply = jax.jit(lambda t: model.apply({"params": params}, t, zeros(), lengths))
     garbage = jnp.where(jnp.arange(T)[None, :] < lengths[:, None], tokens, (tokens * 7 + 3) % V)
     a_logits, a_carry = apply(tokens)
     b_logits, b_carry = apply(garbage)
@@ -118,7 +123,7 @@ def reference_forward(params, tokens: np.ndarray, lengths: list[int]) -> tuple[n
 
 def test_forward_matches_pytorchs_lstm_equations(setup):
     model, params, tokens, apply = setup
-    logits, carry = apply(params, tokens, init_carry(B, L, H), jax.random.key(0), False)
+    logits, carry = apply(params, tokens, zeros(), jax.random.key(0), False)
     expected, states = reference_forward(params, np.asarray(tokens), [T] * B)
     # float32 against float64 over 7 steps and 2 layers: agreement to ~1e-6.
     np.testing.assert_allclose(np.asarray(logits), expected, rtol=1e-5, atol=1e-6)
@@ -128,7 +133,7 @@ def test_forward_matches_pytorchs_lstm_equations(setup):
 def test_masked_mode_reads_each_texts_own_last_state(setup):
     model, params, tokens, _ = setup
     lengths = [2, 5, 7]
-    logits, carry = jax.jit(lambda t, n: model.apply({"params": params}, t, init_carry(B, L, H), n))(
+    logits, carry = jax.jit(lambda t, n: model.apply({"params": params}, t, zeros(), n))(
         tokens, jnp.asarray(lengths, jnp.int32))
     expected, states = reference_forward(params, np.asarray(tokens), lengths)
     np.testing.assert_allclose(np.asarray(logits), expected, rtol=1e-5, atol=1e-6)
@@ -137,9 +142,10 @@ def test_masked_mode_reads_each_texts_own_last_state(setup):
 
 def test_bfloat16_computes_in_bfloat16_and_keeps_float32_params_carry_and_logits(setup):
     _, params, tokens, _ = setup
-    model = SentimentRNN(V, E, H, L, dropout=0.0, fc_dropout=0.0, dtype=jnp.bfloat16, lstm_impl="scan")
-    logits, carry = jax.jit(model.apply)({"params": params}, tokens, init_carry(B, L, H))
-    reference, _ = setup[3](params, tokens, init_carry(B, L, H), jax.random.key(0), False)
+    model = SentimentRNN(V, E, H, L, dropout=0.0, fc_dropout=0.0, dtype=jnp.bfloat16,
+                         lstm=bind_lstm("scan", jnp.bfloat16))
+    logits, carry = jax.jit(model.apply)({"params": params}, tokens, zeros())
+    reference, _ = setup[3](params, tokens, zeros(), jax.random.key(0), False)
     assert logits.dtype == jnp.float32 and carry[0][0].dtype == jnp.float32
     # bfloat16 keeps 8 bits of mantissa: the logits agree to a few hundredths.
     np.testing.assert_allclose(np.asarray(logits), np.asarray(reference), atol=0.05)
@@ -151,17 +157,8 @@ def test_float64_under_x64_computes_in_float64(setup):
     with jax.enable_x64(True):
         model = setup[0].clone(dropout=0.0, fc_dropout=0.0, dtype=jnp.float64)
         params = jax.tree_util.tree_map(jnp.asarray, to_flax(init_params(V, E, H, L, seed=1), dtype=np.float64))
-        logits, carry = model.apply({"params": params}, setup[2], init_carry(B, L, H, jnp.float64))
+        logits, carry = model.apply({"params": params}, setup[2], zeros(jnp.float64))
         assert logits.dtype == jnp.float64 and carry[-1][0].dtype == jnp.float64
-
-
-def test_unrolling_the_recurrence_changes_nothing_but_speed(setup):
-    model, params, tokens, apply = setup
-    reference, _ = apply(params, tokens, init_carry(B, L, H), jax.random.key(0), False)
-    unrolled, _ = jax.jit(model.clone(lstm_impl="scan", unroll=4).apply)({"params": params}, tokens,
-                                                                         init_carry(B, L, H))
-    # Same operations per step; XLA may fuse the unrolled steps differently: 1e-6.
-    np.testing.assert_allclose(np.asarray(unrolled), np.asarray(reference), rtol=1e-6, atol=1e-7)
 
 
 def test_the_implementations_agree_in_logits_carry_and_gradients_with_dropout_on(setup):
@@ -169,10 +166,10 @@ def test_the_implementations_agree_in_logits_carry_and_gradients_with_dropout_on
     lengths = jnp.array([7, 1, 4], jnp.int32)
 
     def run(impl):
-        model = SentimentRNN(V, E, H, L, dropout=0.5, fc_dropout=0.3, lstm_impl=impl)
+        model = SentimentRNN(V, E, H, L, dropout=0.5, fc_dropout=0.3, lstm=bind_lstm(impl))
 
         def loss(p):
-            logits, carry = model.apply({"params": p}, tokens, init_carry(B, L, H), lengths, train=True,
+            logits, carry = model.apply({"params": p}, tokens, zeros(), lengths, train=True,
                                         rngs={"dropout": jax.random.key(5)})
             return jnp.sum(logits), (logits, carry)
         return jax.jit(jax.grad(loss, has_aux=True))(params)
@@ -199,11 +196,11 @@ def test_fused_under_bfloat16_is_refused_in_one_line_naming_the_alternatives():
 @pytest.mark.parametrize("allow_tf32,name", [(False, "HIGHEST"), (True, "DEFAULT")])
 def test_every_matmul_forward_and_backward_runs_at_the_configured_precision(setup, allow_tf32, name):
     _, params, tokens, _ = setup
-    model = model_from_config(Config(embed_dim=E, hidden_dim=H, allow_tf32=allow_tf32), V).clone(
-        lstm_impl=setup[0].lstm_impl)
+    model = model_from_config(Config(embed_dim=E, hidden_dim=H, allow_tf32=allow_tf32, lstm_impl=setup[0].lstm_impl),
+                              V)
 
     def loss(p):
-        logits, _ = model.apply({"params": p}, tokens, init_carry(B, L, H), train=True,
+        logits, _ = model.apply({"params": p}, tokens, zeros(), train=True,
                                 rngs={"dropout": jax.random.key(0)})
         return jnp.sum(logits)
     jaxpr = str(jax.make_jaxpr(jax.grad(loss))(params))

@@ -5,7 +5,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import jax
@@ -23,13 +22,14 @@ from common.params import init_params
 from jax_impl.model import model_from_config
 from jax_impl.tests.conftest import Tiny
 from jax_impl.state import STATE_ITEM, load_training_state, save_training_state
-from jax_impl.step import create_train_state, zero_carry
+from jax_impl.step import create_train_state
 from jax_impl.train import PROG, train
 
 pytestmark = pytest.mark.slow  # tens of seconds each on a 2-core CPU
 
 RUN_DIR = Path("checkpoints")
 PROGRESS_FILE = "progress/metadata"  # Orbax's JSON item  # relative to each run's working directory
+KILL_BEFORE = 7  # the step after a checkpoint (--checkpoint-every 2)
 
 
 @pytest.fixture(scope="module")
@@ -53,7 +53,8 @@ def run_flags(tiny) -> list[str]:
 
 def load_state(tiny, step_dir: Path):
     template = create_train_state(tiny.model, tiny.cfg, tiny.neutral, tiny.device)
-    return load_training_state(step_dir, template, zero_carry(tiny.model, tiny.cfg.batch_size, tiny.device))
+    carry = jax.device_put(tiny.model.zero_carry(tiny.cfg.batch_size), tiny.device)
+    return load_training_state(step_dir, template, carry)
 
 
 @pytest.fixture(scope="module")
@@ -71,24 +72,20 @@ def reference(small, tmp_path_factory) -> Path:
 
 def test_a_killed_run_resumes_to_bitwise_the_same_end(small, reference, tmp_path):
     command = [sys.executable, "-m", "jax_impl.train", *run_flags(small)]
-    victim = subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    deadline = time.monotonic() + 120
-    while not (tmp_path / RUN_DIR / "step_00000006").exists():
-        assert victim.poll() is None, f"the run ended before it could be killed: {victim.stderr.read()}"
-        assert time.monotonic() < deadline, "no checkpoint at step 6 within 120 s"
-        time.sleep(0.01)
-    victim.send_signal(signal.SIGKILL)  # mid-run, possibly mid-write of the next checkpoint
-    victim.wait()
-    victim.stderr.close()
-    assert victim.returncode == -signal.SIGKILL
+    # Killed as step 7 begins, right after the loop wrote step 6's checkpoint: the newest one, complete.
+    victim = subprocess.run([sys.executable, "-m", "common.tests.kill_at_step", "jax_impl.train", "before",
+                             str(KILL_BEFORE), *run_flags(small)], cwd=tmp_path, capture_output=True, text=True,
+                            timeout=300)
+    assert victim.returncode == -signal.SIGKILL, victim.stderr
     killed_at = checkpoint_dirs(tmp_path / RUN_DIR)[-1][0]
+    assert killed_at == 6
     total = sum(1 for line in (reference / "metrics.jsonl").read_text().splitlines() if '"epoch"' in line)
-    assert 6 <= killed_at < total
+    assert total == 24  # two epochs of 12 batches: the kill is inside the run
 
     resumed = subprocess.run([*command, "--resume", str(RUN_DIR)], cwd=tmp_path, capture_output=True, text=True,
                              timeout=300)
     assert resumed.returncode == 0, resumed.stderr
-    assert f"resumed from {RUN_DIR}" in resumed.stderr
+    assert f"resumed from {RUN_DIR / f'step_{killed_at:08d}'}" in resumed.stderr
 
     # The metrics file: truncated at the resumed step, then the same records, bit for bit (timings aside).
     assert read_metrics(tmp_path / "metrics.jsonl", timing=False) == read_metrics(reference / "metrics.jsonl",
@@ -141,6 +138,6 @@ def test_a_state_with_nonfinite_values_is_refused(tiny, tmp_path):
     params = jax.tree_util.tree_map(lambda x: x, state.params)
     params["fc"]["bias"] = params["fc"]["bias"] * np.nan
     save_training_state(tmp_path, Progress(0, 0, 0), state.replace(params=params),
-                        zero_carry(tiny.model, 4, tiny.device), keep=1)
+                        jax.device_put(tiny.model.zero_carry(4), tiny.device), keep=1)
     with pytest.raises(CheckpointError, match=r"\['params'\]\['fc'\]\['bias'\] holds non-finite values"):
         load_state(tiny, step_dir(tmp_path, 0))

@@ -1,6 +1,7 @@
 """The training loop: a non-finite step stops the run (or is skipped and counted)."""
 import json
 
+import jax
 import numpy as np
 import pytest
 
@@ -9,7 +10,7 @@ from common.batches import batches
 from common.runstate import checkpoint_dirs, load_latest
 from jax_impl.state import load_training_state
 from common.loop import NonFiniteError
-from jax_impl.step import create_train_state, zero_carry
+from jax_impl.step import create_train_state
 from jax_impl.train import train
 
 
@@ -46,7 +47,7 @@ def test_a_nonfinite_step_stops_with_its_number_and_keeps_the_last_good_checkpoi
     assert checkpoint_dirs(run_dir)[-1][0] == bad - 1
     template = create_train_state(tiny.model, tiny.cfg, tiny.neutral, tiny.device)
     progress, (state, _), _ = load_latest(run_dir, lambda p: load_training_state(
-        p, template, zero_carry(tiny.model, tiny.cfg.batch_size, tiny.device)))
+        p, template, jax.device_put(tiny.model.zero_carry(tiny.cfg.batch_size), tiny.device)))
     assert progress.step == bad - 1 and int(state.step) == bad - 1
 
 

@@ -9,7 +9,7 @@ from common.batches import batches
 from jax_impl.model import model_from_config
 from common import loop
 from jax_impl.step import (TrainState, batch_to_device, create_train_state, forward, make_loss_fn, make_train_step,
-                           padded_eval_batch, zero_carry)
+                           padded_eval_batch)
 from jax_impl.train import JaxTwin
 from jax_impl.convert import to_flax
 from jax_impl.loss import bce_per_example
@@ -39,7 +39,7 @@ def leaves(tree):
 def two_batches(tiny):
     """The first two training batches and a non-zero carry: the state after the first."""
     b1, b2 = first_batches(tiny)
-    _, carry = jax.jit(tiny.model.apply)({"params": params_of(tiny)}, b1["tokens"], zero_carry(tiny.model, 4))
+    _, carry = jax.jit(tiny.model.apply)({"params": params_of(tiny)}, b1["tokens"], tiny.model.zero_carry(4))
     return b1, b2, jax.device_put(carry, tiny.device)
 
 
@@ -92,7 +92,7 @@ def test_tbptt_gradient_is_truncated_only_by_the_stop_gradient_at_chunk_boundari
 def test_tbptt_forward_is_the_whole_sequences_forward(tiny, two_batches, chunk):
     b1, _, _ = two_batches
     params = params_of(tiny)
-    carry0 = zero_carry(tiny.model, 4)
+    carry0 = tiny.model.zero_carry(4)
     whole = jax.jit(lambda: forward(tiny.model, params, b1, carry0, jax.random.key(0), train=False,
                                     use_lengths=False))()
     chunked = jax.jit(lambda: forward(tiny.model, params, b1, carry0, jax.random.key(0), train=False,
@@ -130,14 +130,15 @@ def test_dropout_key_follows_the_step_counter(tiny, two_batches):
     for step in (0, 1):
         state = create_train_state(tiny.model, tiny.cfg, tiny.neutral, tiny.device)
         state = state.replace(step=jax.device_put(np.int32(step), tiny.device))
-        losses.append(float(tiny.train_step(state, zero_carry(tiny.model, 4, tiny.device), b1, key)[2].loss))
+        carry = jax.device_put(tiny.model.zero_carry(4), tiny.device)
+        losses.append(float(tiny.train_step(state, carry, b1, key)[2].loss))
     assert losses[0] != losses[1]  # same params and batch, another dropout mask
 
 
 def test_train_and_eval_steps_compile_once_per_shape_across_an_epoch(tiny):
     cfg = tiny.cfg
     state = create_train_state(tiny.model, cfg, tiny.neutral, tiny.device)
-    carry = zero_carry(tiny.model, cfg.batch_size, tiny.device)
+    carry = jax.device_put(tiny.model.zero_carry(cfg.batch_size), tiny.device)
     key = jax.device_put(jax.random.key(0), tiny.device)
     sizes = []
     for batch in batches(tiny.data.train, cfg.batch_size, shuffle_seed=cfg.seed, epoch=0):
@@ -156,7 +157,7 @@ def test_padded_evaluation_equals_the_unpadded_mean(tiny):
     params = params_of(tiny)
     split = tiny.data.val
     loss, accuracy = evaluate(tiny, params, split)
-    logits, _ = jax.jit(lambda t: tiny.model.apply({"params": params}, t, zero_carry(tiny.model, len(split))))(
+    logits, _ = jax.jit(lambda t: tiny.model.apply({"params": params}, t, tiny.model.zero_carry(len(split))))(
         split.tokens)
     per_example = np.asarray(bce_per_example(logits, jnp.asarray(split.labels)), np.float64)
     assert loss == pytest.approx(per_example.mean(), rel=1e-6)

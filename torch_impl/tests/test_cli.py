@@ -35,8 +35,7 @@ def test_predict_scores_texts_from_a_saved_checkpoint(tmp_path, tiny_cfg, tiny_d
     assert proc.returncode == 0, proc.stderr
     rows = json.loads(proc.stdout)
     ckpt = load_checkpoint(tmp_path / "ckpt")
-    expected = torch_predict.predict(torch_predict.model_from_checkpoint(ckpt, torch_train.resolve_device("cpu")),
-                                     ckpt, texts)
+    expected = torch_predict.predict_probs(ckpt, texts, torch_train.resolve_device("cpu"))
     assert [r["text"] for r in rows] == texts
     # The same code on the same CPU: equal up to JSON's float printing, which is exact for float64.
     np.testing.assert_allclose([r["prob"] for r in rows], expected, rtol=0, atol=1e-7)

@@ -4,7 +4,6 @@ from __future__ import annotations
 import json
 import shutil
 import signal
-import time
 from pathlib import Path
 
 import pytest
@@ -22,6 +21,7 @@ from torch_impl.tests.conftest import run_cli, spawn_cli, tiny_args
 pytestmark = pytest.mark.slow  # tens of seconds each on a 2-core CPU
 
 EPOCHS = 3  # 24 steps each: the run ends at step 72
+KILL_AFTER = 11  # between two checkpoints, in the first epoch
 
 
 def _only_run_dir(cwd: Path) -> Path:
@@ -34,23 +34,17 @@ def test_resume_after_sigkill_is_bitwise_the_uninterrupted_run(tmp_path, tiny_cf
     full_dir, cut_dir = tmp_path / "full", tmp_path / "cut"
     full_dir.mkdir()
     cut_dir.mkdir()
-    # The uninterrupted run and the one to kill run side by side (each is one thread).
+    # The uninterrupted run and the one to kill run side by side (each is one thread). The second kills itself
+    # right after step 11 returns: its newest checkpoint is step 10's, and step 11's work is lost.
     full = spawn_cli("torch_impl.train", *args, "--metrics-out", str(full_dir / "metrics.jsonl"),
                      "--save-dir", str(full_dir / "best"), cwd=full_dir)
-    cut = spawn_cli("torch_impl.train", *args, "--metrics-out", str(cut_dir / "metrics.jsonl"),
-                    "--save-dir", str(cut_dir / "best"), cwd=cut_dir)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and cut.poll() is None:
-        runs = list((cut_dir / "runs").glob("*/step_*"))
-        if any(int(p.name[5:]) >= 10 for p in runs):
-            cut.send_signal(signal.SIGKILL)  # mid-run, possibly mid-write: no chance to tidy up
-            break
-        time.sleep(0.005)
-    assert cut.wait(timeout=60) == -signal.SIGKILL, "the run ended before it could be killed"
+    cut = spawn_cli("common.tests.kill_at_step", "torch_impl.train", "after", str(KILL_AFTER), *args,
+                    "--metrics-out", str(cut_dir / "metrics.jsonl"), "--save-dir", str(cut_dir / "best"), cwd=cut_dir)
+    assert cut.wait(timeout=120) == -signal.SIGKILL, cut.stderr.read()
     assert full.wait(timeout=120) == 0, full.stderr.read()
     run_dir = _only_run_dir(cut_dir)
     killed_at = checkpoint_dirs(run_dir)[-1][0]
-    assert 10 <= killed_at < 24 * EPOCHS
+    assert killed_at == 10  # the newest multiple of --checkpoint-every 2 before step 11
 
     resumed = run_cli("torch_impl.train", *args, "--metrics-out", str(cut_dir / "metrics.jsonl"),
                       "--save-dir", str(cut_dir / "best"), "--resume", str(run_dir), cwd=cut_dir)

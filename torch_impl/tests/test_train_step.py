@@ -10,14 +10,14 @@ from common.batches import Batch, batches
 from common.data import prepare_data
 from torch_impl.model import model_from_config
 from common.loop import evaluate
-from torch_impl.step import eval_step, make_optimizer, repackage_hidden, train_step
+from torch_impl.step import TrainState, eval_step, make_optimizer, repackage_hidden, train_step
 from torch_impl.train import TorchTwin
 
 
-def _setup(cfg, data, dtype=torch.float64):
+def _setup(cfg, data, dtype=torch.float64) -> TrainState:
     torch.manual_seed(0)
     model = model_from_config(cfg, len(data.vocab)).to(dtype)
-    return model, make_optimizer(model, cfg)
+    return TrainState(model, make_optimizer(model, cfg))
 
 
 def _train_batches(data, cfg, n=2):
@@ -41,9 +41,10 @@ def test_repackage_hidden_keeps_values_and_drops_the_graph():
 
 @pytest.mark.parametrize("detach", [True, False])
 def test_gradient_reaches_the_previous_batch_only_without_detach(cfg, tiny_data, detach):
-    model, optimizer = _setup(cfg, tiny_data)
+    state = _setup(cfg, tiny_data)
+    model = state.model
     h0, c0 = (t.requires_grad_() for t in model.init_hidden(cfg.batch_size))  # stands for the last batch's state
-    train_step(model, optimizer, (h0, c0), _train_batches(tiny_data, cfg, 1)[0], cfg.replace(detach=detach))
+    train_step(state, (h0, c0), _train_batches(tiny_data, cfg, 1)[0], cfg.replace(detach=detach))
     if detach:
         assert h0.grad is None and c0.grad is None
     else:
@@ -54,10 +55,11 @@ def test_the_returned_carry_is_the_next_batchs_starting_state(cfg, tiny_data):
     first, second = _train_batches(tiny_data, cfg)
     losses = {}
     for carry in ("stateful", "reset"):  # reset: the loop hands the step zeros instead
-        model, optimizer = _setup(cfg, tiny_data)
-        loss1, hidden = train_step(model, optimizer, model.init_hidden(cfg.batch_size), first, cfg)
+        state = _setup(cfg, tiny_data)
+        model = state.model
+        _, hidden, loss1 = train_step(state, model.init_hidden(cfg.batch_size), first, cfg)
         hidden = model.init_hidden(cfg.batch_size) if carry == "reset" else hidden
-        loss2, hidden = train_step(model, optimizer, hidden, second, cfg)
+        _, hidden, loss2 = train_step(state, hidden, second, cfg)
         losses[carry] = (loss1.item(), loss2.item())
     assert losses["stateful"][0] == losses["reset"][0]  # both start from zeros
     assert abs(losses["stateful"][1] - losses["reset"][1]) > 1e-8  # only the carry differs
@@ -65,26 +67,29 @@ def test_the_returned_carry_is_the_next_batchs_starting_state(cfg, tiny_data):
 
 def test_no_detach_fails_at_the_second_batch_with_pytorch_message(cfg, tiny_data):
     cfg = cfg.replace(detach=False, dtype="float32")
-    model, optimizer = _setup(cfg, tiny_data, torch.float32)
+    state = _setup(cfg, tiny_data, torch.float32)
+    model = state.model
     first, second = _train_batches(tiny_data, cfg)
-    _, hidden = train_step(model, optimizer, model.init_hidden(cfg.batch_size), first, cfg)
+    _, hidden, _ = train_step(state, model.init_hidden(cfg.batch_size), first, cfg)
     with pytest.raises(RuntimeError, match="Trying to backward through the graph a second time"):
-        train_step(model, optimizer, hidden, second, cfg)
+        train_step(state, hidden, second, cfg)
 
 
 def test_retain_graph_then_fails_on_the_optimizer_inplace_update(cfg, tiny_data):
     # Keeping the graph only moves the error: Adam has since updated, in place, weights that graph saved.
     cfg = cfg.replace(detach=False, dtype="float32")
-    model, optimizer = _setup(cfg, tiny_data, torch.float32)
+    state = _setup(cfg, tiny_data, torch.float32)
+    model = state.model
     first, second = _train_batches(tiny_data, cfg)
-    _, hidden = train_step(model, optimizer, model.init_hidden(cfg.batch_size), first, cfg, retain_graph=True)
+    _, hidden, _ = train_step(state, model.init_hidden(cfg.batch_size), first, cfg, retain_graph=True)
     with pytest.raises(RuntimeError, match="modified by an inplace operation"):
-        train_step(model, optimizer, hidden, second, cfg, retain_graph=True)
+        train_step(state, hidden, second, cfg, retain_graph=True)
 
 
 def _one_step(cfg, data, batch):
-    model, optimizer = _setup(cfg, data)
-    loss, _ = train_step(model, optimizer, model.init_hidden(cfg.batch_size), batch, cfg)
+    state = _setup(cfg, data)
+    model = state.model
+    _, _, loss = train_step(state, model.init_hidden(cfg.batch_size), batch, cfg)
     return loss.item(), {k: v.clone() for k, v in model.state_dict().items()}
 
 
@@ -120,29 +125,31 @@ def test_packed_mode_trains_on_right_padding_and_differs_from_left(cfg, tiny_dat
 
 
 def test_nonfinite_gradient_makes_the_returned_loss_nan(cfg, tiny_data):
-    model, optimizer = _setup(cfg, tiny_data)
+    state = _setup(cfg, tiny_data)
+    model = state.model
     model.fc.bias.register_hook(lambda grad: grad * float("inf"))
-    loss, _ = train_step(model, optimizer, model.init_hidden(cfg.batch_size),
+    _, _, loss = train_step(state, model.init_hidden(cfg.batch_size),
                          _train_batches(tiny_data, cfg, 1)[0], cfg)
     assert torch.isnan(loss)
 
 
 def test_skip_nonfinite_changes_nothing(cfg, tiny_data):
     cfg = cfg.replace(skip_nonfinite=True)
-    model, optimizer = _setup(cfg, tiny_data)
+    state = _setup(cfg, tiny_data)
+    model = state.model
     model.fc.bias.register_hook(lambda grad: grad * float("inf"))  # an exploding gradient, finite loss
     before = {k: v.clone() for k, v in model.state_dict().items()}
     hidden = tuple(t + 0.5 for t in model.init_hidden(cfg.batch_size))
-    loss, carried = train_step(model, optimizer, hidden, _train_batches(tiny_data, cfg, 1)[0], cfg)
+    _, carried, loss = train_step(state, hidden, _train_batches(tiny_data, cfg, 1)[0], cfg)
     assert torch.isnan(loss)
     for name, value in model.state_dict().items():
         assert torch.equal(value, before[name]), name
-    assert not optimizer.state  # Adam never stepped
+    assert not state.optimizer.state  # Adam never stepped
     assert all(torch.equal(a, b) for a, b in zip(carried, hidden))  # the carry does not move either
 
 
 def test_eval_step_sums_bce_and_counts_correct(cfg, tiny_data):
-    model, _ = _setup(cfg, tiny_data)
+    model = _setup(cfg, tiny_data).model
     batch = next(batches(tiny_data.val, 5))
     loss_sum, correct = (float(x) for x in eval_step(model, batch))
     probs, _ = model.eval()(torch.from_numpy(batch.tokens).long(), model.init_hidden(5))
@@ -153,7 +160,7 @@ def test_eval_step_sums_bce_and_counts_correct(cfg, tiny_data):
 
 
 def test_evaluate_reads_every_example_once(cfg, tiny_data):
-    model, _ = _setup(cfg, tiny_data)
+    model = _setup(cfg, tiny_data).model
     split = tiny_data.val  # 12 examples; batch 5 leaves a last batch of 2
     whole = Batch(split.tokens, split.labels, np.maximum(split.lengths, 1))
     loss_sum, correct = (float(x) for x in eval_step(model, whole))

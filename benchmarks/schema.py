@@ -1,0 +1,169 @@
+"""The benchmark's records, typed: what the harness measures (:class:`Session`) and what ``results.json`` holds
+(:class:`Run`, its :class:`Row` s and :class:`Comparison` s). This module is the results schema: each field's comment
+says what it holds and in which unit. ``results.json`` is ``dataclasses.asdict(Run)``; ``compare`` reads it back
+through :func:`read_run`, which refuses another schema version or a malformed row in one line.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from common.errors import ConfigError
+
+SCHEMA_VERSION = 4
+
+
+# ---------------------------------------------------------------- what the harness measures
+
+
+@dataclass
+class Setup:
+    """A worker's answer to ``setup``: the twin built, compiled and warmed."""
+
+    vocab_size: int
+    info: dict  # device ("cpu" | "cuda" | ...), device_name, threads, precision (the framework's settings in force)
+    phases: dict  # per step kind: compile_s, lower_s (JAX), first_step_s, peak_device_mb, peak_rss_mb
+    record: dict  # the twin's run record (framework, versions, device, dtype, lstm_impl, numerics)
+    compile_info: dict | None = None  # torch.compile: what Dynamo traced, graph breaks, what it refused
+
+
+@dataclass
+class EntryResult:
+    """One entry (a variant at one configuration) of a session."""
+
+    status: str  # ok | skipped (a user error: the variant does not apply here) | failed | timeout
+    error: str | None = None
+    setup: Setup | None = None
+    round_s: dict[str, list[float]] = field(default_factory=dict)  # per step kind: each round's median step, s
+    steps_per_round: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass
+class Round:
+    order: list[str]  # the entries' labels in the order they ran (rotated by one each round)
+    load: float | None  # cores used by other processes during the round (None: unknown)
+    busy: bool  # load above half the usable cores
+
+
+@dataclass
+class Session:
+    """One paired session: every entry's rounds, the parity losses and the GEMM peak measurements."""
+
+    entries: dict[str, EntryResult]
+    rounds: dict[str, list[Round]]  # per step kind
+    parity: dict[str, Any] = field(default_factory=dict)  # label -> losses (list) or the error (str)
+    gemm: dict[str, dict] = field(default_factory=dict)  # library -> {gflop_s, precision, n, device}
+
+
+# ---------------------------------------------------------------- results.json
+
+
+@dataclass
+class Spread:
+    median: float  # seconds
+    p25: float
+    p75: float
+
+
+@dataclass
+class Row:
+    """One variant's one step kind at one configuration."""
+
+    framework: str  # torch | jax
+    variant: str  # the name after the framework: eager, jit, ...
+    step: str  # train | eval
+    sweep: dict | None  # {"field", "value"} for a sweep point, None for the base configuration
+    status: str  # as EntryResult.status
+    error: str | None
+    config: dict  # the Config fields the variant ran with (what its trainer would be given)
+    lstm_impl: str | None  # what ran: nn.LSTM, fused, scan, cudnn
+    device_name: str | None  # (precision settings: the run's environment, per framework)
+    flush_denormal: bool | None
+    threads: dict | None  # the worker's thread pools (torch's ranks split the threads under DDP)
+    compile_s: float | None  # ahead of the first call (JAX: lowering included; torch.compile: the first call)
+    lower_s: float | None
+    first_step_s: float | None
+    step_s: Spread | None  # over rounds of each round's median step (None: it did not run)
+    rounds: int
+    steps_per_round: int | None
+    round_s: list[float]
+    samples_per_s: float | None  # batch_size / median
+    model_gflop_per_step: float  # the model's matmul FLOPs (the same for every variant: benchmarks/flops.py)
+    executed_gflop_per_step: float | None  # what this variant computes (less with the embedding fold)
+    achieved_gflop_s: float | None  # model GFLOP / median
+    utilisation: float | None  # achieved / the run's GEMM peak
+    peak_mem_mb: float | None  # the device's peak allocated on a GPU, else the process's peak RSS
+    compile_info: dict | None
+    efficiency: float | None = None  # sweeps of devices: throughput per device / the smallest count's
+
+
+@dataclass
+class Comparison:
+    """A variant against the baseline, per step kind, over the rounds both have."""
+
+    baseline: str
+    variant: str  # framework:variant
+    step: str
+    sweep: dict | None
+    ratio: float  # median of per-round baseline s / variant s (above 1: the variant is faster)
+    ci95: list[float]  # [low, high]
+    rounds: int
+    busy_rounds: int
+    method: str
+
+
+@dataclass
+class Run:
+    """``results.json`` of a speed run."""
+
+    schema_version: int
+    command: list[str]
+    environment: dict  # machine, CPU, versions, threads, precision, XLA's set-up, load at start and end, wall s
+    settings: dict  # rounds, steps, eval_steps, warmup, parity_steps, threads, device, sweeps, frameworks
+    base_config: dict
+    vocab_size: int
+    variants: dict[str, str]  # label -> description
+    gemm_peak: dict  # gflop_s (the best on the benchmark's device), backend, measurements per library
+    results: list[Row]
+    comparisons: list[Comparison]
+    rounds: dict[str, list[Round]]  # the base session's, per step kind
+    sweep_rounds: dict[str, list[Round]]  # "field=value" -> that point's rounds, every kind
+    parity: dict  # steps, baseline, losses per label, max_abs_dloss per label, errors, status
+    warnings: list[str]
+
+
+def write_json(doc: Run | dict, path: Path) -> None:
+    """``doc`` (a :class:`Run`, or convergence mode's document) as indented UTF-8 JSON."""
+    doc = asdict(doc) if isinstance(doc, Run) else doc
+    path.write_text(json.dumps(doc, indent=1, ensure_ascii=False, default=str) + "\n", encoding="utf-8")
+
+
+# What compare reads of each row, and the types it needs them in.
+ROW_TYPES = {"framework": str, "variant": str, "step": str, "sweep": (dict, type(None)), "step_s": (dict, type(None))}
+
+
+def read_run(spec: str) -> dict:
+    """A results directory or its results.json → the document, checked: this schema version, and every row with the
+    fields ``compare`` reads. Anything else is one :class:`ConfigError` naming the file (and the row and field)."""
+    path = Path(spec) / "results.json" if Path(spec).is_dir() else Path(spec)
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError(f"compare: {spec}: no such results directory or results.json") from None
+    except (OSError, ValueError) as err:
+        raise ConfigError(f"compare: {path}: not a bench results.json ({str(err).splitlines()[0]})") from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("results"), list):
+        raise ConfigError(f"compare: {path}: not a bench results.json (no results list)")
+    if doc.get("schema_version") != SCHEMA_VERSION:
+        raise ConfigError(f"compare: {path}: schema_version {doc.get('schema_version')!r}; this bench reads "
+                          f"version {SCHEMA_VERSION} only (rerun the older benchmark with this one)")
+    for i, row in enumerate(doc["results"]):
+        for name, kind in ROW_TYPES.items():
+            if not isinstance(row, dict) or not isinstance(row.get(name, ...), kind):
+                raise ConfigError(f"compare: {path}: results[{i}].{name} is missing or of the wrong type")
+        median = (row["step_s"] or {}).get("median", 0.0)
+        if row["step_s"] is not None and (not isinstance(median, (int, float)) or median <= 0):
+            raise ConfigError(f"compare: {path}: results[{i}].step_s.median is not a positive number")
+    return doc

@@ -1,0 +1,60 @@
+"""The PyTorch twin's training-checkpoint directories: step_N written atomically, the newest ``keep`` kept."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from common.runstate import PROGRESS_FILE, Progress, checkpoint_dirs, load_latest, read_progress
+from torch_impl.state import write_checkpoint
+
+
+def _state(text: str):
+    def write(d):
+        (d / "state.json").write_text(json.dumps({"text": text}), encoding="utf-8")
+    return write
+
+
+def _load(d):
+    return read_progress(d), json.loads((d / "state.json").read_text(encoding="utf-8"))["text"]
+
+
+def test_write_creates_step_directory_with_state_and_progress(tmp_path):
+    path = write_checkpoint(tmp_path, Progress(step=12, epoch=1, batch=3, skipped=2, best_val_loss=0.5),
+                            _state("s12"))
+    assert path == tmp_path / "step_00000012"
+    assert sorted(p.name for p in path.iterdir()) == [PROGRESS_FILE, "state.json"]
+    assert read_progress(path) == Progress(12, 1, 3, 2, 0.5)
+    assert [p.name for p in tmp_path.iterdir()] == ["step_00000012"]  # no temporary directory left
+
+
+def test_only_the_newest_keep_checkpoints_remain(tmp_path):
+    for step in (1, 2, 3, 4, 5):
+        write_checkpoint(tmp_path, Progress(step, 0, step), _state(f"s{step}"), keep=2)
+    assert [step for step, _ in checkpoint_dirs(tmp_path)] == [4, 5]
+
+
+def test_writing_the_same_step_again_replaces_it(tmp_path):
+    write_checkpoint(tmp_path, Progress(10, 0, 10), _state("first"))
+    write_checkpoint(tmp_path, Progress(10, 1, 0), _state("second"))
+    progress, state, _ = load_latest(tmp_path, _load)
+    assert (progress.epoch, state) == (1, "second")
+    assert len(checkpoint_dirs(tmp_path)) == 1
+
+
+def test_failed_write_leaves_neither_a_step_nor_a_temporary_directory(tmp_path):
+    write_checkpoint(tmp_path, Progress(1, 0, 1), _state("s1"))
+
+    def crash(d):
+        (d / "partial").write_text("half", encoding="utf-8")
+        raise RuntimeError("killed mid-write")
+
+    with pytest.raises(RuntimeError):
+        write_checkpoint(tmp_path, Progress(2, 0, 2), crash)
+    assert [p.name for p in tmp_path.iterdir()] == ["step_00000001"]
+
+
+def test_the_last_validation_travels_in_the_progress_record(tmp_path):
+    last_val = {"step": 7, "loss": 0.25, "accuracy": 0.75}
+    path = write_checkpoint(tmp_path, Progress(7, 0, 7, last_val=last_val), _state("s7"))
+    assert read_progress(path).last_val == last_val
