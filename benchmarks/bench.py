@@ -28,8 +28,8 @@ from common.errors import ConfigError, cli_main  # noqa: E402
 # Config fields that mean nothing to a benchmark (checkpoints, run length; --device-counts replaces --devices).
 EXCLUDED_FIELDS = (*field_names("files"), "max_steps", "skip_nonfinite", "devices")
 MIN_ROUNDS = 5
-DEFAULTS = {"rounds": 10, "steps": 2, "eval_steps": 3, "warmup": 2, "parity_steps": 20}
-QUICK = {"rounds": 5, "steps": 2, "eval_steps": 2, "warmup": 1, "parity_steps": 5}
+DEFAULTS = {"rounds": 8, "steps": 1, "eval_steps": 2, "parts_steps": 1, "warmup": 2, "parity_steps": 20, "replicates": 2}
+QUICK = {"rounds": 5, "steps": 2, "eval_steps": 2, "parts_steps": 1, "warmup": 1, "parity_steps": 5, "replicates": 1}
 GEMM_N = {"cpu": 2048, "gpu": 8192, "quick": 512}
 FRAMEWORK_MODULES = {"torch": ("torch",), "jax": ("jax", "flax", "optax")}  # what each twin needs importable
 
@@ -66,9 +66,11 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--variants", default="default", help="'default', 'all', or a comma list of framework:variant "
                    f"({', '.join(v.label for v in plan.VARIANTS)})")
     for name, text in (("rounds", f"paired rounds per step kind (>= {MIN_ROUNDS} unless --quick)"),
-                       ("steps", "training steps per variant and round"), ("warmup", "untimed steps after the first"),
-                       ("eval_steps", "evaluation steps per variant and round"),
-                       ("parity_steps", "training steps of the parity run, 0: none")):
+                       ("replicates", "worker processes per variant, each with its own start and compile"),
+                       ("steps", "training steps per process and round"), ("warmup", "untimed steps after the first"),
+                       ("eval_steps", "evaluation steps per process and round"),
+                       ("parts_steps", "training steps timed part by part per process and round, 0: none"),
+                       ("parity_steps", "training steps of each variant's parity run, 0: none")):
         b.add_argument(f"--{flag(name)}", type=int, default=None, help=f"{text} (default {DEFAULTS[name]})")
     b.add_argument("--sweep", action="append", default=[], metavar="FIELD=V1,V2,...",
                    help="also time the main variants at these values of one Config field, paired (repeatable)")
@@ -100,7 +102,8 @@ def settings_from(ns: argparse.Namespace, cfg: Config) -> dict:
     if s["rounds"] < (1 if ns.quick else MIN_ROUNDS):
         raise ConfigError(f"--rounds must be >= {MIN_ROUNDS} for an interval over paired rounds, got {s['rounds']} "
                           "(--quick allows fewer)")
-    for name, low in (("steps", 1), ("eval_steps", 1), ("warmup", 0), ("parity_steps", 0)):
+    for name, low in (("steps", 1), ("eval_steps", 1), ("warmup", 0), ("parity_steps", 0), ("parts_steps", 0),
+                      ("replicates", 1)):
         if s[name] < low:
             raise ConfigError(f"--{flag(name)} must be >= {low}, got {s[name]}")
     s["threads"] = ns.threads if ns.threads is not None else harness.usable_cpus()
@@ -131,11 +134,14 @@ def measure(cfg: Config, variants, s: dict, base: bool) -> tuple[dict, dict]:
     many DDP ranks (the threads split between them) and JAX over that many devices (simulated on a CPU)."""
     n = cfg.devices if cfg.devices > 1 else 1
     entries = [harness.Entry(v.label, v.framework, {**cfg.to_dict(), **v.changes}, few_steps=v.few_steps,
-                             parity=v.parity, timeout_s=s["timeout_s"], ranks=n if v.framework == "torch" else 1,
+                             parity=r == 1, timeout_s=s["timeout_s"], ranks=n if v.framework == "torch" else 1,
                              threads=max(1, s["threads"] // n) if v.framework == "torch" else s["threads"],
-                             xla_devices=n if v.framework == "jax" and n > 1 else 0) for v in variants]
+                             xla_devices=n if v.framework == "jax" and n > 1 else 0, replicate=r)
+               for v in variants for r in range(1, (1 if v.few_steps else s["replicates"]) + 1)]
     gemm_n = GEMM_N["quick" if s["quick"] else "gpu" if s["device"] == "gpu" else "cpu"] if base else 0
-    p = harness.Plan(s["rounds"], s["steps"], s["eval_steps"], s["warmup"], s["parity_steps"] if base else 0, gemm_n)
+    # The base run also times the training step's parts.
+    p = harness.Plan(s["rounds"], s["steps"], s["eval_steps"], s["warmup"], s["parity_steps"] if base else 0, gemm_n,
+                     ("eval", "train", "parts") if base and s["parts_steps"] else ("eval", "train"), s["parts_steps"])
     return harness.run(entries, p, s["device"], progress=cfg.progress), {e.label: e.config for e in entries}
 
 
@@ -146,8 +152,9 @@ def speed_main(ns: argparse.Namespace, cfg: Config, s: dict, frameworks: list[st
     ok = [e.setup for e in session.entries.values() if e.status == "ok"]
     if not ok:  # e.g. --device gpu without a GPU
         raise ConfigError("no variant ran: " + next(iter(session.entries.values())).error)
-    peak = report.gemm_peak(session.gemm, ok[0].info["device"])
-    rows, comparisons = report.rows_for(session, configs, None, peak["gflop_s"]), report.comparisons_for(session, None)
+    peak, parity = report.gemm_peak(session.gemm, ok[0].info["device"]), report.parity(session.parity, s["parity_steps"])
+    rows = report.rows_for(session, configs, None, peak["gflop_s"], parity)
+    comparisons = report.comparisons_for(session, None)
     sweep_rounds: dict[str, list] = {}
     main = [v for v in variants if v.main] or [v for v in plan.VARIANTS if v.main and v.framework in frameworks]
     for sweep in s["sweeps"]:
@@ -157,7 +164,7 @@ def speed_main(ns: argparse.Namespace, cfg: Config, s: dict, frameworks: list[st
             rows += report.rows_for(point, point_configs, where, peak["gflop_s"])
             comparisons += report.comparisons_for(point, where)
             sweep_rounds[f"{sweep.field}={value}"] = [r for kind in point.rounds.values() for r in kind]
-    info = {k.split(":")[0]: e.setup.info for k, e in session.entries.items() if e.setup}
+    info = {e.label.split(":")[0]: e.setup.info for e in session.entries.values() if e.setup}
     environment.update({key: {k: i[key] for k, i in info.items()} for key in ("threads", "precision")},
                        devices={k: i["device_name"] for k, i in info.items()},
                        xla_env=info.get("jax", {}).get("xla_env"))
@@ -166,8 +173,8 @@ def speed_main(ns: argparse.Namespace, cfg: Config, s: dict, frameworks: list[st
     run = schema.Run(
         schema.SCHEMA_VERSION, ["benchmarks/bench.py", *argv], environment,
         {**s, "frameworks": frameworks, "sweeps": [dataclasses.asdict(x) for x in s["sweeps"]]}, cfg.to_dict(),
-        ok[0].vocab_size, {v.label: v.description for v in variants}, peak, rows, comparisons, session.rounds,
-        sweep_rounds, report.parity(session.parity, s["parity_steps"]),
+        ok[0].vocab_size, {v.label: v.description for v in variants}, peak, rows, comparisons,
+        report.tier_sentences(rows, comparisons), session.rounds, sweep_rounds, parity,
         report.warnings(rows, [r for v in session.rounds.values() for r in v]))
     schema.write_json(run, out / "results.json")
     doc = dataclasses.asdict(run)  # the reports read what results.json holds

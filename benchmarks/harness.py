@@ -176,6 +176,11 @@ class Entry:
     timeout_s: float = 1800.0  # per request: set-up, or one round's steps
     ranks: int = 1  # torch data-parallel processes (torchrun's environment, without the launcher)
     xla_devices: int = 0  # simulated XLA CPU devices
+    replicate: int = 1  # which of the variant's worker processes (each with its own start and compile)
+
+    @property
+    def key(self) -> str:
+        return f"{self.label}#{self.replicate}"
 
 
 @dataclass(frozen=True)
@@ -187,6 +192,7 @@ class Plan:
     parity_steps: int = 0
     gemm_n: int = 0  # side of the peak-rate matmul (0: not measured)
     phases: tuple[str, ...] = ("eval", "train")  # set-up order: inference first, its peak memory read before
+    parts_steps: int = 1  # training steps per entry and round in the "parts" phase
 
 
 class Member:
@@ -229,27 +235,35 @@ def run(entries: list[Entry], plan: Plan, device: str, progress: bool = True) ->
         try:
             for e in entries:
                 bar.set_description(f"set up {e.label}")
-                live += _set_up(e, plan, device, Path(work), out.entries)
+                refused = next((x for x in out.entries.values() if x.label == e.label and x.status in ("n/a",
+                                                                                                  "skipped")), None)
+                if refused:  # the variant does not apply here: its other replicates would say so again
+                    out.entries[e.key] = EntryResult(e.label, e.replicate, refused.status, refused.error)
+                else:
+                    live += _set_up(e, plan, device, Path(work), out.entries)
                 bar.update()
             pids = [os.getpid(), *(w.proc.pid for m in live for w in m.workers)]
             for r in range(plan.rounds):
                 bar.set_description(f"round {r + 1}/{plan.rounds}")
                 for kind in plan.phases:
-                    ok = [m for m in live if out.entries[m.entry.label].status == "ok"]
+                    ok = [m for m in live if out.entries[m.entry.key].status == "ok"]
                     order = ok[r % len(ok):] + ok[:r % len(ok)] if ok else []
                     start, before = time.perf_counter(), cpu_seconds(pids)
                     for m in order:
-                        e = out.entries[m.entry.label]
+                        e = out.entries[m.entry.key]
                         reply = m.request({"op": "steps", "kind": kind, "n": e.steps_per_round[kind]})
-                        if "step_s" in reply:
-                            e.round_s[kind].append(statistics.median(reply["step_s"]))
-                        else:  # lost mid-run: its rounds so far stay, the row says why it stopped
+                        if "step_s" not in reply:  # lost mid-run: its rounds so far stay, the row says why it stopped
                             e.status, e.error = "timeout" if reply.get("timed_out") else "failed", reply.get("error")
+                        elif kind == "parts":  # each part's median over the round's steps
+                            for part in reply["step_s"][0]:
+                                e.round_s.setdefault(part, []).append(statistics.median(x[part] for x in reply["step_s"]))
+                        else:
+                            e.round_s[kind].append(statistics.median(reply["step_s"]))
                     load = others_load(before, cpu_seconds(pids), time.perf_counter() - start)
-                    out.rounds[kind].append(Round([m.entry.label for m in order], load,
+                    out.rounds[kind].append(Round([m.entry.key for m in order], load,
                                                   load is not None and load > 0.5 * usable_cpus()))
                 bar.update()
-            _parity_and_peak([m for m in live if out.entries[m.entry.label].status == "ok"], plan, out)
+            _parity_and_peak([m for m in live if out.entries[m.entry.key].status == "ok"], plan, out)
         finally:
             for m in live:
                 m.close()
@@ -260,13 +274,18 @@ def _set_up(e: Entry, plan: Plan, device: str, work: Path, entries: dict[str, En
     member = Member(e, device, work)
     reply = member.request({"op": "setup", "config": e.config, "threads": e.threads,
                             "warmup": plan.warmup, "phases": plan.phases})
-    if "error" in reply or "user_error" in reply:
+    if "error" in reply or "user_error" in reply or "not_applicable" in reply:
         member.close()
-        status = "skipped" if "user_error" in reply else "timeout" if reply.get("timed_out") else "failed"
-        entries[e.label] = EntryResult(status, reply.get("user_error") or reply["error"])
+        status = ("n/a" if "not_applicable" in reply else "skipped" if "user_error" in reply
+                  else "timeout" if reply.get("timed_out") else "failed")
+        setup = Setup(**{k: v for k, v in reply.items() if k != "not_applicable"}) if status == "n/a" else None
+        entries[e.key] = EntryResult(e.label, e.replicate, status, reply.get("not_applicable") or
+                                     reply.get("user_error") or reply["error"], setup)
         return []
-    entries[e.label] = EntryResult("ok", None, Setup(**reply), {k: [] for k in plan.phases},
-                                   {"train": 1 if e.few_steps else plan.steps, "eval": plan.eval_steps})
+    entries[e.key] = EntryResult(e.label, e.replicate, "ok", None, Setup(**reply),
+                                 {k: [] for k in plan.phases if k != "parts"},
+                                 {"train": 1 if e.few_steps else plan.steps, "eval": plan.eval_steps,
+                                  "parts": plan.parts_steps})
     return [member]
 
 

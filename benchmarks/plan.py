@@ -10,20 +10,29 @@ from common.config import Config
 from common.errors import ConfigError
 
 FRAMEWORKS = ("torch", "jax")
-CPU, BOTH = ("cpu",), ("cpu", "gpu")
+BOTH = ("cpu", "gpu")
 BASELINE = "torch:eager"  # every comparison's denominator: PyTorch's nn.LSTM, flushed like XLA
 BOOLS = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}
+
+
+GPU = ("gpu",)
+# The tiers a row belongs to, in the report's order.
+TIERS = {"stock": "the framework's standard modules, differentiated by the framework",
+         "tuned": "our hand-written recurrence (custom VJP), the same function",
+         "vendor": "the GPU vendor's fused LSTM kernel (cuDNN)",
+         "compiled": "the stock model through the framework's compiler"}
 
 
 @dataclass(frozen=True)
 class Variant:
     framework: str
     name: str
+    tier: str  # a key of TIERS
     description: str
     default_on: tuple[str, ...] = ()  # devices ("cpu", "gpu") where a run without --variants includes it
     changes: dict = field(default_factory=dict)  # Config fields it sets (what the trainers would be given)
+    kernel: dict = field(default_factory=dict)  # device -> what its provenance must name, or the row is a fallback
     main: bool = False  # sweeps run it
-    parity: bool = False  # the parity run uses it
     few_steps: bool = False  # slow by design: one training step per round
 
     @property
@@ -32,19 +41,23 @@ class Variant:
 
 
 VARIANTS = (
-    Variant("torch", "eager", "nn.LSTM as torch_impl.train runs it (oneDNN on the CPU, cuDNN on a GPU), denormals "
-            "flushed to zero as XLA does", BOTH, main=True, parity=True),
-    Variant("torch", "eager-defaults", "the same with PyTorch's defaults (denormals kept), one training step per "
-            "round", CPU, {"flush_denormal": False}, few_steps=True),
-    Variant("torch", "compile", "torch.compile(model), default settings (--torch-compile)",
-            changes={"torch_compile": True}),
-    Variant("jax", "jit", "jax_impl.train's jitted steps: the fused recurrence with the embedding folded into layer "
-            "0's input projection", BOTH, main=True, parity=True),
-    Variant("jax", "nofold", "the same without the fold (--no-embed-fold), as nn.LSTM computes it", CPU,
-            {"embed_fold": False}, main=True),
-    Variant("jax", "cudnn", "cuDNN's fused LSTM through jax.experimental.rnn", BOTH, {"lstm_impl": "cudnn"},
-            parity=True),
-    Variant("jax", "scan", "the reference path: Flax nn.RNN over the cell, a lax.scan", changes={"lstm_impl": "scan"}),
+    Variant("torch", "eager", "stock", "nn.LSTM as torch_impl.train runs it (oneDNN on the CPU, cuDNN on a GPU: "
+            "stock and vendor kernel at once), denormals flushed to zero as XLA does", BOTH,
+            kernel={"gpu": "_cudnn_rnn"}, main=True),
+    Variant("torch", "eager-defaults", "stock", "the same with PyTorch's defaults (denormals kept), one training "
+            "step per round", changes={"flush_denormal": False}, few_steps=True),
+    Variant("torch", "compile", "compiled", "torch.compile(model), default settings (--torch-compile); timed only "
+            "where Dynamo compiles the LSTM", BOTH, {"torch_compile": True}, {"cpu": "dynamo:lstm", "gpu": "dynamo:lstm"}),
+    Variant("jax", "scan", "stock", "Flax nn.RNN over PyTorch's cell, a lax.scan differentiated by JAX; unlike "
+            "nn.OptimizedLSTMCell it keeps two biases and projects the inputs of all steps before the loop", BOTH,
+            {"lstm_impl": "scan"}, {"cpu": "impl:scan", "gpu": "impl:scan"}),
+    Variant("jax", "nofold", "tuned", "our fused recurrence, nn.LSTM's algorithm (--lstm-impl fused "
+            "--no-embed-fold)", BOTH, {"lstm_impl": "fused", "embed_fold": False},
+            {"cpu": "impl:fused", "gpu": "impl:fused"}, main=True),
+    Variant("jax", "jit", "tuned", "jax_impl.train's default: the fused recurrence with the embedding folded into "
+            "layer 0's input projection", BOTH, kernel={"cpu": "impl:fused", "gpu": "impl:fused"}, main=True),
+    Variant("jax", "cudnn", "vendor", "cuDNN's fused LSTM through jax.experimental.rnn (--lstm-impl cudnn)", GPU,
+            {"lstm_impl": "cudnn"}, {"gpu": "dnn_rnn"}),
 )
 
 QUICK_CONFIG = {"embed_dim": 16, "hidden_dim": 16, "seq_len": 16, "batch_size": 8}

@@ -9,7 +9,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from benchmarks.plan import BASELINE  # noqa: E402
-from benchmarks.report import label  # noqa: E402
+from benchmarks.report import PARTS, label  # noqa: E402
 
 COLORS = {"torch": "#ee4c2c", "jax": "#3d7ebf", "torch:eager-defaults": "#f4a582", "jax:nofold": "#1b9e77",
           "jax:cudnn": "#7570b3", "jax:scan": "#66a61e"}
@@ -54,6 +54,27 @@ def time_per_step(doc: dict, path: Path) -> Path | None:
     c = doc["base_config"]
     return _save(fig, path, f"B {c['batch_size']}  T {c['seq_len']}  E {c['embed_dim']}  H {c['hidden_dim']}  "
                  f"L {c['layers']}  on {doc['environment']['cpu_model']}")
+
+
+def time_parts(doc: dict, path: Path) -> Path | None:
+    """Each variant's training step as stacked bars of its parts (forward, backward, optimizer; medians), beside the
+    whole step's median."""
+    rows = [r for r in doc["results"] if r["sweep"] is None and r["step"] == "train" and r["parts"] and r["step_s"]]
+    if not rows:
+        return None
+    fig, ax = plt.subplots(figsize=(8, 0.55 * len(rows) + 1.8))
+    left = [0.0] * len(rows)
+    for part, color in zip(PARTS, ("#8da0cb", "#fc8d62", "#66c2a5")):
+        ms = [(r["parts"][part] or {}).get("median", 0.0) * 1e3 for r in rows]
+        ax.barh(range(len(rows)), ms, left=left, color=color, label=part)
+        left = [a + b for a, b in zip(left, ms)]
+    ax.scatter([r["step_s"]["median"] * 1e3 for r in rows], range(len(rows)), marker="|", s=300, color="black",
+               label="whole step", zorder=3)
+    ax.set_yticks(range(len(rows)), [label(r) for r in rows])
+    ax.invert_yaxis()
+    ax.set(xlabel="ms (medians over rounds)", title="where the training step's time goes")
+    ax.legend(fontsize=8, loc="lower right")
+    return _save(fig, path, "")
 
 
 def parity_curves(doc: dict, path: Path) -> Path | None:
@@ -130,6 +151,7 @@ def convergence_curves(doc: dict, path: Path) -> Path:
 
 def write_charts(doc: dict, out: Path) -> list[str]:
     """Every chart that has data; the file names written."""
-    made = [time_per_step(doc, out / "time_per_step.png"), parity_curves(doc, out / "parity_loss.png")]
+    made = [time_per_step(doc, out / "time_per_step.png"), time_parts(doc, out / "time_parts.png"),
+            parity_curves(doc, out / "parity_loss.png")]
     made += [sweep_chart(doc, s["field"], out / f"sweep_{s['field']}.png") for s in doc["settings"]["sweeps"]]
     return [p.name for p in made if p]

@@ -1,25 +1,34 @@
-"""Rows and paired comparisons from the rounds, results.json, the same tables as text (stdout) and Markdown
-(results.md), and ``compare``. An entry's time per step is the median over rounds of its per-round medians; a
-comparison's ratio is the median of the per-round ratios baseline / variant (above 1: the variant is faster), its
-95% interval the percentiles of that median over bootstrap resamples of the rounds."""
+"""Rows and paired comparisons from the rounds, the tier sentences, the same tables as text (stdout) and Markdown
+(results.md), and ``compare``. A variant runs in several worker processes (replicates) whose rounds interleave. A
+row's time per step is the median over every replicate's rounds of the per-round medians. A comparison's ratio is the
+median over rounds of baseline / variant, each side the mean of its replicates in that round (above 1: the variant
+is faster); its 95% interval comes from a two-level bootstrap: each side's replicates resampled, then the rounds."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, Sequence
 
 import numpy as np
 
-from benchmarks import flops
+from benchmarks import flops, plan
 from benchmarks.plan import BASELINE
-from benchmarks.schema import Comparison, Round, Row, Session, Setup, Spread
+from benchmarks.schema import Comparison, EntryResult, Round, Row, Session, Setup, Spread
 from common.errors import ConfigError
+
 RESAMPLES = 10_000
-METHOD = (f"median of per-round ratios (baseline s / variant s) over paired, interleaved rounds; 95% interval: "
-          f"percentile bootstrap over the rounds ({RESAMPLES} resamples, seed 0)")
-MAIN_COLUMNS = ("variant", "step", "flush", "median ms", "p25–p75 ms", f"vs {BASELINE} [95% CI]", "rounds×steps",
-                "compile s", "first s", "samples/s", "peak MB", "model GFLOP", "exec GFLOP", "GFLOP/s", "util")
+PARITY_TOL = 1e-5  # float32: the twins' losses agree to rounding (parity_tests/test_trajectories.py measures ~1e-6)
+PARTS = ("forward", "backward", "optimizer")
+METHOD = (f"median over paired, interleaved rounds of baseline s / variant s, each the mean of its replicates; 95% "
+          f"interval: two-level percentile bootstrap, replicates then rounds ({RESAMPLES} resamples, seed 0)")
+MAIN_COLUMNS = ("tier", "variant", "step", "kernel", "parity", "median ms", "p25–p75 ms", f"vs {BASELINE} [95% CI]",
+                "reps×rounds×steps", "compile s", "first s", "samples/s", "peak MB", "exec GFLOP", "GFLOP/s", "util")
+PARTS_METHOD = ("Each part timed on its own, in the same paired rounds and batches: torch, the trainer's own step with a "
+                "clock read (after a device sync) as the loss, the backward pass and the optimizer update (clip, "
+                "Adam) end; JAX, the step as three jitted functions: the loss, loss and gradient (backward: its "
+                "time less the loss's), and the update. sum / step: the parts' medians against the whole step's "
+                "(JAX above 1: XLA fuses the whole step, not its parts).")
+PARTS_COLUMNS = ("variant", *(f"{p} ms" for p in PARTS), "sum / step", *(f"{p} vs {BASELINE}" for p in PARTS))
 SWEEP_COLUMNS = ("value", "variant", "train ms", f"train vs {BASELINE}", "eval ms", f"eval vs {BASELINE}",
                  "train samples/s", "exec GFLOP train", "rounds")
 SCALING = ("At a fixed global batch, torch runs N DDP ranks (gloo on a CPU, the threads split between them) and JAX "
@@ -28,55 +37,100 @@ SCALING = ("At a fixed global batch, torch runs N DDP ranks (gloo on a CPU, the 
            "overhead of data parallelism, not a speed-up.")
 
 
-def paired_ratio(base_s: Sequence[float], variant_s: Sequence[float], seed: int = 0) -> tuple[float, list[float]]:
-    """``(ratio, [low, high])``: the median of ``base_s[i] / variant_s[i]`` (seconds) and its 95% bootstrap interval."""
-    n = min(len(base_s), len(variant_s))
-    ratios = np.asarray(base_s[:n], dtype=np.float64) / np.asarray(variant_s[:n], dtype=np.float64)
-    picks = np.random.default_rng(seed).integers(0, n, size=(RESAMPLES, n))
-    low, high = np.percentile(np.median(ratios[picks], axis=1), [2.5, 97.5])
-    return float(np.median(ratios)), [float(low), float(high)]
+def paired_ratio(base_s: Sequence[Sequence[float]], variant_s: Sequence[Sequence[float]],
+                 seed: int = 0) -> tuple[float, list[float]]:
+    """``(ratio, [low, high])`` from seconds per [replicate][round] of each side, rounds paired by index: the median
+    over rounds of mean(base) / mean(variant), and its 95% two-level bootstrap interval."""
+    n = min(len(r) for r in (*base_s, *variant_s))
+    b, v = (np.asarray([r[:n] for r in x], dtype=np.float64) for x in (base_s, variant_s))  # (replicates, n)
+    rng = np.random.default_rng(seed)
+    reps_b, reps_v = (rng.integers(0, len(x), size=(RESAMPLES, len(x))) for x in (b, v))
+    per_round = b[reps_b].mean(axis=1) / v[reps_v].mean(axis=1)  # (RESAMPLES, n)
+    picked = np.take_along_axis(per_round, rng.integers(0, n, size=(RESAMPLES, n)), axis=1)
+    low, high = np.percentile(np.median(picked, axis=1), [2.5, 97.5])
+    return float(np.median(b.mean(axis=0) / v.mean(axis=0))), [float(low), float(high)]
 
 
-def rows_for(session: Session, configs: dict[str, dict], sweep: dict | None, peak: float | None) -> list[Row]:
-    """One row per entry and step kind."""
+def by_variant(session: Session) -> dict[str, list[EntryResult]]:
+    """Each variant's replicates, in the order the variants were set up."""
+    out: dict[str, list[EntryResult]] = {}
+    for e in session.entries.values():
+        out.setdefault(e.label, []).append(e)
+    return out
+
+
+def _spread(times: list[float]) -> Spread | None:
+    return Spread(*(float(x) for x in np.percentile(times, [50, 25, 75]))) if times else None
+
+
+def fallback(label: str, setup: Setup | None) -> str | None:
+    """Why the kernel that ran is not the one ``label`` promises on its device, or None."""
+    if setup is None or setup.provenance is None:
+        return None
+    device = "gpu" if setup.info.get("device") == "cuda" else setup.info.get("device")
+    promised, kernels = plan.variant(label).kernel.get(device), setup.provenance["kernels"]
+    if promised and not any(promised in k for k in kernels):
+        return f"{label} promises {promised} on the {device}, but its training step ran {', '.join(kernels) or 'none'}"
+    return None
+
+
+def rows_for(session: Session, configs: dict[str, dict], sweep: dict | None, peak: float | None,
+             parity: dict | None = None) -> list[Row]:
+    """One row per variant and step kind, over its replicates that ran (all of them, for one that did not)."""
     rows = []
-    for name, e in session.entries.items():
+    for name, replicates in by_variant(session).items():
+        ran = [e for e in replicates if e.status == "ok"] or replicates[:1]
+        e = ran[0]
         cfg = SimpleNamespace(**configs[name])  # not a Config: a skipped variant's choice may not validate
         setup = e.setup or Setup(0, {}, {}, {})
         record, info = setup.record, setup.info
         folds = record.get("lstm_impl") == "fused" and cfg.embed_fold
-        for kind in (k for k in ("train", "eval") if k in session.rounds):
-            phase, times = setup.phases.get(kind, {}), e.round_s.get(kind, [])
+        dloss = (parity or {}).get("max_abs_dloss", {}).get(name, 0.0 if name == BASELINE and parity else None)
+        for kind in ("train", "eval"):
+            phase, per_rep = setup.phases.get(kind, {}), [x.round_s.get(kind, []) for x in ran]
+            times = [t for r in per_rep for t in r]
             model = flops.step_flops(cfg, kind) / 1e9
-            spread = Spread(*(float(x) for x in np.percentile(times, [50, 25, 75]))) if times else None
+            spread = _spread(times)
             median = spread and spread.median
+            parts = {p: _spread([t for x in ran for t in x.round_s.get(p, [])]) for p in PARTS}
             rows.append(Row(
-                framework=name.split(":")[0], variant=name.split(":", 1)[1], step=kind, sweep=sweep, status=e.status,
-                error=e.error, config=configs[name], lstm_impl=record.get("lstm_impl"),
-                device_name=info.get("device_name"), flush_denormal=record.get("flush_denormal"),
-                threads=info.get("threads"),
+                framework=name.split(":")[0], variant=name.split(":", 1)[1], tier=plan.variant(name).tier, step=kind,
+                sweep=sweep, status=e.status, error=e.error,
+                provenance=setup.provenance if kind == "train" else None,
+                fallback=fallback(name, e.setup) if e.status == "ok" else None,
+                parity=dloss, parity_ok=None if dloss is None else dloss <= PARITY_TOL, config=configs[name],
+                lstm_impl=record.get("lstm_impl"), device_name=info.get("device_name"),
+                flush_denormal=record.get("flush_denormal"), threads=info.get("threads"),
                 compile_s=phase.get("compile_s"), lower_s=phase.get("lower_s"), first_step_s=phase.get("first_step_s"),
-                step_s=spread, rounds=len(times), steps_per_round=e.steps_per_round.get(kind), round_s=times,
+                step_s=spread, parts=parts if kind == "train" and any(parts.values()) else None,
+                replicates=len(ran) if times else 0, rounds=min((len(r) for r in per_rep), default=0),
+                steps_per_round=e.steps_per_round.get(kind), round_s=per_rep,
                 samples_per_s=median and cfg.batch_size / median, model_gflop_per_step=model,
                 executed_gflop_per_step=flops.executed_step_flops(cfg, kind, setup.vocab_size, folds) / 1e9
                 if e.setup else None, achieved_gflop_s=median and model / median,
                 utilisation=median and peak and model / median / peak,
-                peak_mem_mb=phase.get("peak_device_mb" if info.get("device") == "cuda" else "peak_rss_mb"),
-                compile_info=setup.compile_info))
+                peak_mem_mb=phase.get("peak_device_mb" if info.get("device") == "cuda" else "peak_rss_mb")))
     return rows
 
 
 def comparisons_for(session: Session, sweep: dict | None) -> list[Comparison]:
-    """Every measured variant against :data:`BASELINE`, per step kind, over the rounds both have."""
+    """Every measured variant against :data:`BASELINE`, per step kind and part, over the rounds both have; a
+    variant whose kernel is a fallback (or a baseline that is one) is kept out."""
     out = []
-    base = session.entries.get(BASELINE)
-    for kind, rounds in session.rounds.items():
-        base_s = base.round_s.get(kind) if base else None
-        for name, e in session.entries.items():
-            times = e.round_s.get(kind)
-            if name != BASELINE and times and base_s:
+    variants = {k: [e for e in v if e.status == "ok"] for k, v in by_variant(session).items()}
+    base = variants.get(BASELINE) or []
+    if not base or fallback(BASELINE, base[0].setup):
+        return out
+    for kind in ("train", "eval", *PARTS):
+        rounds = session.rounds.get("parts" if kind in PARTS else kind, [])
+        base_s = [e.round_s.get(kind) for e in base if e.round_s.get(kind)]
+        for name, ran in variants.items():
+            times = [e.round_s.get(kind) for e in ran if e.round_s.get(kind)]
+            # A part measured as a difference (JAX's backward) can come out at or below 0 on tiny steps: no ratio.
+            positive = all(t > 0 for r in (*base_s, *times) for t in r)
+            if name != BASELINE and times and base_s and positive and not fallback(name, ran[0].setup):
                 ratio, ci = paired_ratio(base_s, times)
-                n = min(len(base_s), len(times))
+                n = min(len(r) for r in (*base_s, *times))
                 out.append(Comparison(BASELINE, name, kind, sweep, ratio, ci, n, sum(r.busy for r in rounds[:n]),
                                       METHOD))
     return out
@@ -113,7 +167,44 @@ def warnings(rows: Sequence[Row], rounds: Sequence[Round]) -> list[str]:
     if sum(r.busy for r in rounds):
         out.append(f"{sum(r.busy for r in rounds)} of {len(rounds)} rounds ran while other processes used more "
                    "than half the cores (busy in results.json): times are inflated, paired ratios less so")
+    for r in rows:
+        if r.step == "train" and r.fallback:
+            out.append(f"fallback, kept out of the comparisons: {r.fallback}")
+        if r.step == "train" and r.parity_ok is False and r.config["dtype"] == "float32":
+            out.append(f"{r.framework}:{r.variant}: max |Δloss| {r.parity:.3g} against {BASELINE} is beyond "
+                       f"{PARITY_TOL:g}: kept out of the tier sentences")
     return out
+
+
+def tier_sentences(rows: Sequence[Row], comparisons: Sequence[Comparison]) -> list[str]:
+    """One sentence per tier comparison, each ratio with its interval: stock against stock, the best tuned JAX
+    against stock PyTorch, the same-algorithm pair, and the vendor kernels and the compiler where they ran. A row
+    that is a fallback or fails float32 parity takes no part."""
+    base = [r for r in rows if r.sweep is None]
+    good = {f"{r.framework}:{r.variant}" for r in base if r.step == "train" and r.status == "ok" and not r.fallback
+            and r.parity_ok is not False}
+    ratio = {(c.variant, c.step): c for c in comparisons if c.sweep is None and c.variant in good}
+
+    def speeds(name: str) -> str:
+        return " and ".join(f"{verb} at {ratio[name, kind].ratio:.2f}× [{ratio[name, kind].ci95[0]:.2f}–"
+                            f"{ratio[name, kind].ci95[1]:.2f}]" for kind, verb in (("train", "trains"),
+                                                                                  ("eval", "infers"))
+                            if (name, kind) in ratio) + f" the speed of {BASELINE}"
+
+    tuned = [n for n in ("jax:jit", "jax:nofold") if (n, "train") in ratio]
+    best = max(tuned, key=lambda n: ratio[n, "train"].ratio) if tuned else None
+    out = [f"Stock against stock: Flax nn.RNN (jax:scan) {speeds('jax:scan')} (PyTorch's nn.LSTM)."
+           if ("jax:scan", "train") in ratio else None,
+           f"Best tuned JAX against stock PyTorch: {best} {speeds(best)}." if best else None,
+           f"The same algorithm as nn.LSTM, hand-tuned (jax:nofold), {speeds('jax:nofold')}."
+           if ("jax:nofold", "train") in ratio else None,
+           f"Vendor kernel against vendor kernel: cuDNN through JAX (jax:cudnn) {speeds('jax:cudnn')} (nn.LSTM on "
+           f"cuDNN)." if ("jax:cudnn", "train") in ratio else None,
+           f"Compiled: torch.compile (torch:compile) {speeds('torch:compile')}." if ("torch:compile", "train") in ratio
+           else None]
+    out += [f"{r.framework}:{r.variant} ({r.tier}): not timed, {r.status}: {r.error}" for r in base
+            if r.step == "train" and r.status in ("n/a", "skipped")]
+    return [x for x in out if x]
 
 
 def _fmt(x: Any, spec: str) -> str:
@@ -140,14 +231,51 @@ def _ms(r: dict | None) -> str:
     return f"{r['step_s']['median'] * 1e3:.1f}" if r and r["step_s"] else "–"
 
 
+def kernel(r: dict) -> str:
+    """The provenance in a table cell: torch's LSTM op, or JAX's implementation and the loops its step compiled to."""
+    prov = r["provenance"]
+    if not prov:
+        return "–"
+    if r["framework"] == "torch":
+        ops = [k.removeprefix("aten::") for k in prov["kernels"] if k.startswith("aten::") and k != "aten::lstm"]
+        return ", ".join([min(ops, key=len)] if ops else prov["kernels"][:1]) + (
+            " + dynamo" if "dynamo:lstm" in prov["kernels"] else "")
+    calls = [c for c in prov["custom_calls"] if "rnn" in c]
+    return f"{r['lstm_impl']}, {prov['float_while_loops']} loops" + "".join(f", {c}" for c in calls)
+
+
+def _parity_cell(r: dict) -> str:
+    if r["parity"] is None:
+        return "–"
+    return ("base" if label(r) == BASELINE else f"{r['parity']:.1e}") + ("" if r["parity_ok"] else " (!)")
+
+
+def base_rows(doc: dict) -> list[dict]:
+    """The base configuration's rows that ran, grouped by tier (in TIERS' order), in the run's order within one."""
+    rows = [r for r in doc["results"] if r["sweep"] is None and r["step_s"]]
+    return sorted(rows, key=lambda r: list(plan.TIERS).index(r["tier"]))
+
+
 def main_rows(doc: dict) -> list[list[str]]:
-    return [[label(r), r["step"], {True: "yes", False: "no"}.get(r["flush_denormal"], "–"), _ms(r),
+    return [[r["tier"], label(r) + (" (fallback)" if r["fallback"] else ""), r["step"], kernel(r) if r["step"] ==
+             "train" else "", _parity_cell(r) if r["step"] == "train" else "", _ms(r),
              f"{r['step_s']['p25'] * 1e3:.1f}–{r['step_s']['p75'] * 1e3:.1f}", _ratio(doc, r),
-             f"{r['rounds']}×{r['steps_per_round']}", _fmt(r["compile_s"], ".2f"), _fmt(r["first_step_s"], ".2f"),
-             f"{r['samples_per_s']:.1f}", _fmt(r["peak_mem_mb"], ".0f"), f"{r['model_gflop_per_step']:.4g}",
+             f"{r['replicates']}×{r['rounds']}×{r['steps_per_round']}", _fmt(r["compile_s"], ".2f"),
+             _fmt(r["first_step_s"], ".2f"), f"{r['samples_per_s']:.1f}", _fmt(r["peak_mem_mb"], ".0f"),
              f"{r['executed_gflop_per_step']:.4g}", f"{r['achieved_gflop_s']:.1f}",
-             _fmt(r["utilisation"] and 100 * r["utilisation"], ".1f") + "%"]
-            for r in doc["results"] if r["sweep"] is None and r["step_s"]]
+             _fmt(r["utilisation"] and 100 * r["utilisation"], ".1f") + "%"] for r in base_rows(doc)]
+
+
+def parts_rows(doc: dict) -> list[list[str]]:
+    """Per variant: the median of each part of the training step, their sum against the whole step, and each part's
+    paired ratio against the baseline."""
+    out = []
+    for r in (r for r in base_rows(doc) if r["step"] == "train" and r["parts"]):
+        parts = [r["parts"][p]["median"] if r["parts"].get(p) else None for p in PARTS]
+        total = sum(x for x in parts if x is not None)
+        out.append([label(r), *(_fmt(x and x * 1e3, ".1f") for x in parts), f"{total / r['step_s']['median']:.2f}",
+                    *(_ratio(doc, {**r, "step": p}) for p in PARTS)])
+    return out
 
 
 def sweep_rows(doc: dict, name: str) -> list[list[str]]:
@@ -187,7 +315,7 @@ def render(doc: dict, charts: Sequence[str] = (), markdown: bool = False) -> str
     """The whole report: stdout (``markdown=False``) or results.md."""
     c, s, e, p, q = doc["base_config"], doc["settings"], doc["environment"], doc["gemm_peak"], doc["parity"]
     notes = sorted({f"{label(r)}: {r['status']}: {r['error']}" for r in doc["results"]
-                    if r["sweep"] is None and not r["step_s"]})
+                    if r["sweep"] is None and not r["step_s"] and r["status"] != "n/a"})  # n/a: in the headline
     if p["gflop_s"]:
         notes.append(f"float32 GEMM peak (best of 8 n×n products per library): {p['gflop_s']:.1f} GFLOP/s by "
                      f"{p['backend']} [" + ", ".join(f"{k} {v['gflop_s']:.1f} ({v['device']}, n={v['n']}, "
@@ -201,11 +329,16 @@ def render(doc: dict, charts: Sequence[str] = (), markdown: bool = False) -> str
               f"ratios: {METHOD}; busy rounds (other processes > half the cores): "
               + ", ".join(f"{k} {sum(r['busy'] for r in v)}/{len(v)}" for k, v in doc["rounds"].items())
               + "; util = model GFLOP/s ÷ the GEMM peak; exec GFLOP: what the variant computes (benchmarks/flops.py)"]
-    for r in (r for r in doc["results"] if r.get("compile_info") and r["sweep"] is None and r["step"] == "train"):
-        info = r["compile_info"]
+    for r in (r for r in doc["results"] if r["sweep"] is None and r["step"] == "train" and r["provenance"]
+              and "dynamo" in r["provenance"]):
+        info = r["provenance"]["dynamo"]
         parity.append(f"{label(r)}: Dynamo traced {info['frames_ok']} of {info['frames_total']} frames into "
                       f"{info['unique_graphs']} graph(s), {info['graph_breaks']} graph break(s); could not trace: "
                       f"{_pairs(info['unimplemented']) or 'nothing'}")
+    parity.append("kernel: torch, the LSTM op torch.profiler saw in a training step; JAX, the implementation and the "
+                  "while loops over float arrays its compiled training step holds. A row whose kernel is not the "
+                  "one its label promises is a fallback, kept out of the comparisons. parity: max |Δloss| against "
+                  f"{BASELINE} over the parity steps; (!) beyond {PARITY_TOL:g}, kept out of the tier sentences")
     # Everything the environment records: CPU, versions, threads, precision, XLA's setup, load.
     env = [f"{k}: {_pairs(v) if isinstance(v, dict) else _fmt(v, '.3g' if isinstance(v, float) else '')}"
            for k, v in e.items()]
@@ -213,12 +346,16 @@ def render(doc: dict, charts: Sequence[str] = (), markdown: bool = False) -> str
     items = lambda lines: [("- " if markdown else "") + x for x in lines]  # noqa: E731
     out = (["# LSTM twins benchmark", ""] if markdown else []) + [
         f"config: B {c['batch_size']}, T {c['seq_len']}, E {c['embed_dim']}, H {c['hidden_dim']}, L {c['layers']}, "
-        f"V {doc['vocab_size']}, {c['dtype']}, corpus {c['data']}; {s['rounds']} paired rounds per step kind of "
-        f"{s['steps']} training and {s['eval_steps']} evaluation steps per variant, after the first step (reported "
-        f"apart) and {s['warmup']} warm-up steps"
+        f"V {doc['vocab_size']}, {c['dtype']}, corpus {c['data']}; {s['replicates']} worker processes per variant, "
+        f"{s['rounds']} paired rounds per step kind of {s['steps']} training, {s['eval_steps']} evaluation and "
+        f"{s['parts_steps']} part-timed training steps per process, after the first step (reported apart) and "
+        f"{s['warmup']} warm-up steps"
         + "".join(f"; {k}: 1 training step per round" for k in doc["variants"] if k.endswith("-defaults"))]
     out += [("> **Warning:** " if markdown else "WARNING: ") + w for w in doc["warnings"]]
-    out += ["", table(MAIN_COLUMNS, main_rows(doc), markdown), "", *items(notes)]
+    out += ["", table(MAIN_COLUMNS, main_rows(doc), markdown), "", *items(doc["headline"]), "", *items(notes)]
+    if parts_rows(doc):
+        out += [*section("Where the training step's time goes"), PARTS_METHOD, "",
+                table(PARTS_COLUMNS, parts_rows(doc), markdown)]
     out += [*section("Parity and method"), *items(parity), *section("Environment"), *items(env)]
     for field in (sweep["field"] for sweep in doc["settings"]["sweeps"]):
         scaling = field == "devices"

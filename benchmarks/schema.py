@@ -12,7 +12,7 @@ from typing import Any
 
 from common.errors import ConfigError
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 
 # ---------------------------------------------------------------- what the harness measures
@@ -26,23 +26,28 @@ class Setup:
     info: dict  # device ("cpu" | "cuda" | ...), device_name, threads, precision (the framework's settings in force)
     phases: dict  # per step kind: compile_s, lower_s (JAX), first_step_s, peak_device_mb, peak_rss_mb
     record: dict  # the twin's run record (framework, versions, device, dtype, lstm_impl, numerics)
-    compile_info: dict | None = None  # torch.compile: what Dynamo traced, graph breaks, what it refused
+    provenance: dict | None = None  # what ran the LSTM: "kernels" (torch: profiler op names; JAX: "impl:NAME" and
+    # custom calls), library versions, the compiled step's loops (JAX), what Dynamo made of it (--torch-compile)
 
 
 @dataclass
 class EntryResult:
-    """One entry (a variant at one configuration) of a session."""
+    """One worker process of a variant at one configuration (a replicate) in a session."""
 
-    status: str  # ok | skipped (a user error: the variant does not apply here) | failed | timeout
+    label: str  # framework:variant
+    replicate: int
+    status: str  # ok | skipped (a user error: the variant does not apply here) | n/a (see error) | failed | timeout
     error: str | None = None
     setup: Setup | None = None
-    round_s: dict[str, list[float]] = field(default_factory=dict)  # per step kind: each round's median step, s
+    # Per step kind (train, eval) and per part of the training step (forward, backward, optimizer): each round's
+    # median, s.
+    round_s: dict[str, list[float]] = field(default_factory=dict)
     steps_per_round: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass
 class Round:
-    order: list[str]  # the entries' labels in the order they ran (rotated by one each round)
+    order: list[str]  # the entries ("label#replicate") in the order they ran (rotated by one each round)
     load: float | None  # cores used by other processes during the round (None: unknown)
     busy: bool  # load above half the usable cores
 
@@ -51,8 +56,8 @@ class Round:
 class Session:
     """One paired session: every entry's rounds, the parity losses and the GEMM peak measurements."""
 
-    entries: dict[str, EntryResult]
-    rounds: dict[str, list[Round]]  # per step kind
+    entries: dict[str, EntryResult]  # by "label#replicate"
+    rounds: dict[str, list[Round]]  # per step kind: train, eval, parts
     parity: dict[str, Any] = field(default_factory=dict)  # label -> losses (list) or the error (str)
     gemm: dict[str, dict] = field(default_factory=dict)  # library -> {gflop_s, precision, n, device}
 
@@ -69,14 +74,19 @@ class Spread:
 
 @dataclass
 class Row:
-    """One variant's one step kind at one configuration."""
+    """One variant's one step kind at one configuration, over its replicates."""
 
     framework: str  # torch | jax
     variant: str  # the name after the framework: eager, jit, ...
+    tier: str  # stock | tuned | vendor | compiled (benchmarks.plan.TIERS)
     step: str  # train | eval
     sweep: dict | None  # {"field", "value"} for a sweep point, None for the base configuration
-    status: str  # as EntryResult.status
+    status: str  # as EntryResult.status (the first replicate's that is not ok, if none is)
     error: str | None
+    provenance: dict | None  # as Setup.provenance (train rows)
+    fallback: str | None  # why the kernel that ran is not the one the label promises (then: out of comparisons)
+    parity: float | None  # max |Δloss| against the baseline over the parity steps (dropout 0); None: not run
+    parity_ok: bool | None  # within the float32 band (1e-5), or None without parity
     config: dict  # the Config fields the variant ran with (what its trainer would be given)
     lstm_impl: str | None  # what ran: nn.LSTM, fused, scan, cudnn
     device_name: str | None  # (precision settings: the run's environment, per framework)
@@ -85,17 +95,18 @@ class Row:
     compile_s: float | None  # ahead of the first call (JAX: lowering included; torch.compile: the first call)
     lower_s: float | None
     first_step_s: float | None
-    step_s: Spread | None  # over rounds of each round's median step (None: it did not run)
-    rounds: int
+    step_s: Spread | None  # over every replicate's rounds of each round's median step (None: it did not run)
+    parts: dict[str, Spread] | None  # train rows: forward, backward, optimizer, each like step_s
+    replicates: int  # worker processes whose rounds count
+    rounds: int  # per replicate
     steps_per_round: int | None
-    round_s: list[float]
+    round_s: list[list[float]]  # [replicate][round]
     samples_per_s: float | None  # batch_size / median
     model_gflop_per_step: float  # the model's matmul FLOPs (the same for every variant: benchmarks/flops.py)
     executed_gflop_per_step: float | None  # what this variant computes (less with the embedding fold)
     achieved_gflop_s: float | None  # model GFLOP / median
     utilisation: float | None  # achieved / the run's GEMM peak
     peak_mem_mb: float | None  # the device's peak allocated on a GPU, else the process's peak RSS
-    compile_info: dict | None
     efficiency: float | None = None  # sweeps of devices: throughput per device / the smallest count's
 
 
@@ -105,10 +116,10 @@ class Comparison:
 
     baseline: str
     variant: str  # framework:variant
-    step: str
+    step: str  # train | eval | forward | backward | optimizer (the training step's parts)
     sweep: dict | None
-    ratio: float  # median of per-round baseline s / variant s (above 1: the variant is faster)
-    ci95: list[float]  # [low, high]
+    ratio: float  # median over rounds of baseline s / variant s, each the mean over replicates (above 1: faster)
+    ci95: list[float]  # [low, high]: two-level bootstrap, replicates then rounds
     rounds: int
     busy_rounds: int
     method: str
@@ -128,6 +139,7 @@ class Run:
     gemm_peak: dict  # gflop_s (the best on the benchmark's device), backend, measurements per library
     results: list[Row]
     comparisons: list[Comparison]
+    headline: list[str]  # one sentence per tier comparison (report.tier_sentences), each ratio with its interval
     rounds: dict[str, list[Round]]  # the base session's, per step kind
     sweep_rounds: dict[str, list[Round]]  # "field=value" -> that point's rounds, every kind
     parity: dict  # steps, baseline, losses per label, max_abs_dloss per label, errors, status

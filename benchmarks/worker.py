@@ -10,6 +10,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import re
 import resource
 import sys
 import time
@@ -75,15 +76,36 @@ class TorchSide:
         return {"gflop_s": gemm_gflop_s(self.torch.matmul, a, b, lambda x: self.sync()),
                 "precision": "tf32" if tf32 else "float32"}
 
+    def provenance(self, bench, hlo: str | None) -> dict:
+        """The ops that ran the LSTM in one training step (``torch.profiler``), the oneDNN and cuDNN versions, and
+        under --torch-compile what Dynamo made of the first call (``dynamo:lstm`` among the kernels when it compiled
+        the LSTM)."""
+        from torch.profiler import ProfilerActivity, profile
+        activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if self.device.type == "cuda" else [])
+        with profile(activities=activities) as prof:
+            bench.steps("train", 1)
+        ops = sorted({e.name for e in prof.events() if re.search("rnn|lstm", e.name, re.I)
+                      and not e.name.startswith("autograd::engine")})
+        onednn = re.search(r"(?:MKL-DNN|oneDNN) v(\S+)", self.torch.__config__.show())
+        out = {"kernels": ops, "onednn": onednn and onednn[1],
+               "cudnn": self.torch.backends.cudnn.version() if self.device.type == "cuda" else None}
+        if bench.cfg.torch_compile:
+            out["dynamo"] = dynamo = self.compile_counters()
+            if dynamo["unique_graphs"] and not any(re.search("lstm|rnn", r, re.I) for r in dynamo["unimplemented"]):
+                out["kernels"].append("dynamo:lstm")
+        return out
+
     def compile_counters(self) -> dict:
-        """What Dynamo did: frames traced, graphs, graph breaks, and what it refused (each reason's first line)."""
+        """What Dynamo did: frames traced, graphs, graph breaks, what it refused (each reason's first line), and
+        the first refusal as ``reason``."""
         from torch._dynamo.utils import counters
         refused: Counter = Counter()
         for reason, n in counters.get("unimplemented", {}).items():
             refused[(reason.strip().splitlines() or ["?"])[0][:160]] += n
         return {"frames_total": counters["frames"].get("total", 0), "frames_ok": counters["frames"].get("ok", 0),
                 "unique_graphs": counters["stats"].get("unique_graphs", 0),
-                "graph_breaks": sum(counters["graph_break"].values()), "unimplemented": dict(refused)}
+                "graph_breaks": sum(counters["graph_break"].values()), "unimplemented": dict(refused),
+                "reason": "Dynamo: " + (next(iter(refused), None) or "no graph compiled")}
 
 
 class JaxSide:
@@ -101,6 +123,11 @@ class JaxSide:
 
     def sync(self) -> None:
         pass  # every step driven here ends by reading a number from the device
+
+    def provenance(self, bench, hlo: str) -> dict:
+        """The implementation that ran and what the compiled training step holds (:func:`hlo_summary`)."""
+        summary = hlo_summary(hlo)
+        return {"kernels": [f"impl:{bench.twin.record['lstm_impl']}", *summary["custom_calls"]], **summary}
 
     def info(self) -> dict:
         d = self.device
@@ -124,6 +151,31 @@ class JaxSide:
         return {"gflop_s": gemm_gflop_s(matmul, a, b, self.jax.block_until_ready), "precision": self.precision}
 
 
+class PartsTimed:
+    """A twin whose ``train_step`` times its parts (``train_step_parts``) while ``timing`` is set, so that the
+    training steps of every round, whole or in parts, are one trajectory through ``train_steps``."""
+
+    def __init__(self, twin, sync):
+        self.twin, self.sync, self.timing, self.parts = twin, sync, False, None
+
+    def __getattr__(self, name: str):
+        return getattr(self.twin, name)
+
+    def train_step(self, state, carry, batch):
+        if not self.timing:
+            return self.twin.train_step(state, carry, batch)
+        state, carry, loss, self.parts = self.twin.train_step_parts(state, carry, batch, self.sync)
+        return state, carry, loss
+
+
+def hlo_summary(hlo: str) -> dict:
+    """What a compiled XLA module holds: its while loops (those carrying floating-point arrays: the recurrences;
+    the others are the dropout key's bit generator) and its custom calls (cuDNN's LSTM is ``cudnn_rnn_ffi``)."""
+    loops = [line.split(" while(")[0] for line in hlo.splitlines() if " while(" in line]
+    return {"while_loops": len(loops), "float_while_loops": sum(bool(re.search(r"\b(f32|f64|bf16)\[", x)) for x in loops),
+            "custom_calls": sorted(set(re.findall(r'custom_call_target="([^"]+)"', hlo)))}
+
+
 class Bench:
     """One variant of one twin, built by its trainer's own ``twin_maker`` and stepped through the Twin protocol: its
     training steps by :func:`common.loop.train_steps` (the loop's order and carry policy), on the real batches."""
@@ -135,7 +187,7 @@ class Bench:
         """``(twin, state, its training steps)``: a twin made as its trainer makes it (the trainer's set-up entered
         once), its state from the shared initial weights."""
         self.make_twin = self.make_twin or self.exits.enter_context(self.side.trainer.twin_maker(cfg))
-        twin = self.make_twin(cfg, len(self.data.vocab))
+        twin = PartsTimed(self.make_twin(cfg, len(self.data.vocab)), self.side.sync)
         state = twin.init_state(self.params)
         return twin, state, train_steps(twin, state, self.data.train, cfg)
 
@@ -152,20 +204,27 @@ class Bench:
         out = {"vocab_size": len(self.data.vocab), "info": self.side.info(), "phases": {},
                "record": {k: v for k, v in self.twin.record.items() if isinstance(v, (str, int, float, bool))}}
         for kind in msg["phases"]:  # inference first: its peak memory is read before training raises it
-            phase = self.twin.compile(self.state, kind, first if kind == "train" else self.eval[0])
-            phase.pop("hlo", None)
+            if kind == "parts":  # the parts' own functions compile in their first call: warmed, not reported
+                self.steps("parts", 1 + msg["warmup"])
+                continue
+            phase = self.twin.compile(self.state, "eval" if kind == "eval" else "train",
+                                      self.eval[0] if kind == "eval" else first)
+            hlo = phase.pop("hlo", None)
             phase["first_step_s"] = self.steps(kind, 1)[0]
             if cfg.torch_compile:
                 phase["compile_s"] = phase["first_step_s"]  # Dynamo and Inductor work inside the first call
             self.steps(kind, msg["warmup"])
             out["phases"][kind] = {**phase, "peak_device_mb": self.side.peak_device_mb(),
                                    "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}  # KiB
-        if cfg.torch_compile:
-            out["compile_info"] = self.side.compile_counters()
+            if kind == "train":  # what ran the LSTM, read once it is warm
+                out["provenance"] = self.side.provenance(self, hlo)
+                if cfg.torch_compile and "dynamo:lstm" not in out["provenance"]["kernels"]:
+                    return {**out, "not_applicable": out["provenance"]["dynamo"]["reason"]}
         return out
 
-    def steps(self, kind: str, n: int) -> list[float]:
-        """Seconds of each of ``n`` steps (a GPU synchronised before the clock stops)."""
+    def steps(self, kind: str, n: int) -> list:
+        """Seconds of each of ``n`` steps (a GPU synchronised before the clock stops); ``parts``: training steps,
+        each as the seconds of its parts."""
         out = []
         for _ in range(n):
             start = time.perf_counter()
@@ -173,9 +232,10 @@ class Bench:
                 batch, self.evals = self.eval[self.evals % len(self.eval)], self.evals + 1
                 float(self.twin.eval_step(self.state, batch)[0])  # what evaluate() reads
             else:
+                self.twin.timing = kind == "parts"
                 self.state = next(self.train).state
             self.side.sync()
-            out.append(time.perf_counter() - start)
+            out.append(self.twin.parts if kind == "parts" else time.perf_counter() - start)
         return out
 
     def parity(self, n: int) -> list[float]:
@@ -193,7 +253,7 @@ class Bench:
             self.side.trainer.train(Config(**msg["config"]))
             return {"trained": True}
         if op == "steps":
-            return {"step_s": self.steps(msg["kind"], n)}
+            return {"step_s": self.steps(msg["kind"], n)}  # parts: a dict of seconds per step
         if op == "parity":
             return {"losses": self.parity(n)}
         if op == "gemm":

@@ -144,28 +144,48 @@ def create_train_state(model: SentimentRNN, cfg: Config, neutral_params: dict[st
     return jax.device_put(state, device)
 
 
+def make_update(cfg: Config) -> Callable[..., tuple[TrainState, Carry, StepMetrics]]:
+    """The step's optimizer part, ``update(state, grads, loss, carry, new_carry) -> (state, carry, metrics)``:
+    PyTorch's clipping and Adam (:func:`jax_impl.optim.make_optimizer`), and under --skip-nonfinite a non-finite
+    step that leaves params, optimizer state and carry as they were (decided on the device)."""
+    tx = make_optimizer(cfg)
+
+    def update(state: TrainState, grads: Any, loss: jax.Array, carry: Carry, new_carry: Carry
+               ) -> tuple[TrainState, Carry, StepMetrics]:
+        finite = jnp.isfinite(loss) & jnp.isfinite(global_norm_torch(grads))
+        updates, opt_state = tx.update(grads, state.opt_state, state.params)
+        params = optax.apply_updates(state.params, updates)
+        if cfg.skip_nonfinite:
+            new, old = (params, opt_state, new_carry), (state.params, state.opt_state, carry)
+            params, opt_state, new_carry = jax.tree_util.tree_map(lambda a, b: jnp.where(finite, a, b), new, old)
+        return TrainState(params=params, opt_state=opt_state, step=state.step + 1), new_carry, StepMetrics(loss, finite)
+
+    return update
+
+
 def make_train_step(model: SentimentRNN, cfg: Config, *, truncate_chunks: bool = True
                     ) -> Callable[[TrainState, Carry, DeviceBatch, jax.Array], tuple[TrainState, Carry, StepMetrics]]:
     """The jitted pure step ``train_step(state, carry, batch, key) -> (state, carry, metrics)``; ``state``
     is donated. ``key`` is the run's base key; the step's dropout key is ``fold_in(key, state.step)``.
     ``truncate_chunks`` (tests only) switches off the stop_gradient at --tbptt chunk boundaries."""
-    tx = make_optimizer(cfg)
     grad_fn = jax.value_and_grad(make_loss_fn(model, cfg, truncate_chunks=truncate_chunks), has_aux=True)
+    update = make_update(cfg)
 
     def train_step(state: TrainState, carry: Carry, batch: DeviceBatch, key: jax.Array
                    ) -> tuple[TrainState, Carry, StepMetrics]:
         (loss, new_carry), grads = grad_fn(state.params, carry, batch, jax.random.fold_in(key, state.step))
-        finite = jnp.isfinite(loss) & jnp.isfinite(global_norm_torch(grads))
-        updates, opt_state = tx.update(grads, state.opt_state, state.params)
-        params = optax.apply_updates(state.params, updates)
-        if cfg.skip_nonfinite:
-            # A non-finite step leaves params, optimizer state and carry as they were (inside the jitted
-            # step, so nothing leaves the device to decide it).
-            new, old = (params, opt_state, new_carry), (state.params, state.opt_state, carry)
-            params, opt_state, new_carry = jax.tree_util.tree_map(lambda a, b: jnp.where(finite, a, b), new, old)
-        return TrainState(params=params, opt_state=opt_state, step=state.step + 1), new_carry, StepMetrics(loss, finite)
+        return update(state, grads, loss, carry, new_carry)
 
     return jax.jit(train_step, donate_argnums=(0,))
+
+
+def make_train_step_parts(model: SentimentRNN, cfg: Config) -> tuple[Callable, Callable, Callable]:
+    """The training step as three jitted functions, to time apart: ``loss(params, carry, batch, dropout_key) ->
+    (loss, new_carry)`` (the forward pass), the same with its gradient, ``((loss, new_carry), grads)`` (forward and
+    backward), and :func:`make_update`'s ``update`` (the optimizer). Together they compute :func:`make_train_step`'s
+    step; XLA fuses the whole step across the parts, so their times add up to a little more than the step's."""
+    loss_fn = make_loss_fn(model, cfg)
+    return jax.jit(loss_fn), jax.jit(jax.value_and_grad(loss_fn, has_aux=True)), jax.jit(make_update(cfg))
 
 
 def make_eval_step(model: SentimentRNN, cfg: Config) -> Callable[[Any, DeviceBatch], tuple[jax.Array, jax.Array]]:

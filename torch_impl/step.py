@@ -5,6 +5,7 @@
 """
 import math
 from dataclasses import dataclass
+from typing import Callable
 
 import torch
 from torch import nn
@@ -71,11 +72,18 @@ class TrainState:
     optimizer: torch.optim.Optimizer
 
 
-def forward_backward(model: nn.Module, hidden: Hidden, batch: Batch, cfg: Config,
-                     retain_graph: bool = False) -> tuple[torch.Tensor, Hidden, torch.Tensor]:
+Lap = Callable[[str], None]  # called as each part of a step ends: "forward", "backward", "optimizer"
+
+
+def no_lap(part: str) -> None:
+    pass
+
+
+def forward_backward(model: nn.Module, hidden: Hidden, batch: Batch, cfg: Config, retain_graph: bool = False,
+                     lap: Lap = no_lap) -> tuple[torch.Tensor, Hidden, torch.Tensor]:
     """The batch's loss (the seed's ``BCELoss`` on the model's probabilities) and its gradient, in training mode:
     ``(loss, hidden to carry on, whether every output was finite)``, each parameter's ``.grad`` set afresh. The
-    incoming ``hidden`` is detached first (the seed's fix) unless ``--no-detach``."""
+    incoming ``hidden`` is detached first (the seed's fix) unless ``--no-detach``. ``lap``: see :func:`train_step`."""
     model.train()
     tokens, labels, lengths = to_device(batch, model)
     if cfg.detach:
@@ -93,25 +101,31 @@ def forward_backward(model: nn.Module, hidden: Hidden, batch: Batch, cfg: Config
     # BCELoss refuses a NaN probability; the same values otherwise, and a non-finite output makes a NaN loss.
     finite_output = torch.isfinite(output)
     loss = nn.BCELoss()(torch.where(finite_output, output, 0.5), labels)
+    lap("forward")
     model.zero_grad()
     loss.backward(retain_graph=retain_graph)
+    lap("backward")
     return loss.detach(), hidden, finite_output.all()
 
 
-def train_step(state: TrainState, hidden: Hidden, batch: Batch, cfg: Config,
-               retain_graph: bool = False) -> tuple[TrainState, Hidden, torch.Tensor]:
+def train_step(state: TrainState, hidden: Hidden, batch: Batch, cfg: Config, retain_graph: bool = False,
+               lap: Lap = no_lap) -> tuple[TrainState, Hidden, torch.Tensor]:
     """One optimizer step on ``batch``: ``(state, hidden, loss)``, the hidden state to carry into the next batch and
     the loss a detached scalar tensor (no host sync), NaN when the model's output or the gradient was not finite (one
     check by the caller covers both). With ``cfg.skip_nonfinite`` such a step changes nothing (no update, the incoming
-    hidden is returned); deciding that needs one host sync, which only that option pays."""
-    loss, new_hidden, finite_output = forward_backward(state.model, hidden, batch, cfg, retain_graph)
+    hidden is returned); deciding that needs one host sync, which only that option pays. ``lap(part)`` is called as
+    the forward pass (the loss), the backward pass and the optimizer update (clip and Adam) end: the benchmark's
+    clock."""
+    loss, new_hidden, finite_output = forward_backward(state.model, hidden, batch, cfg, retain_graph, lap)
     # Clipping keeps the exploding-gradient problem of RNNs in check.
     grad_norm = nn.utils.clip_grad_norm_(state.model.parameters(), cfg.clip or math.inf)  # max_norm inf: times 1
     loss = torch.where(torch.isfinite(grad_norm) & finite_output, loss, torch.nan)
     if cfg.skip_nonfinite and not bool(torch.isfinite(loss)):
         state.optimizer.zero_grad()
+        lap("optimizer")
         return state, repackage_hidden(hidden), loss
     state.optimizer.step()
+    lap("optimizer")
     return state, new_hidden, loss
 
 

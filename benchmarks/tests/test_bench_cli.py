@@ -33,23 +33,36 @@ def test_bad_flag_exit_status_from_the_real_command_line():
     assert proc.stderr.strip().splitlines() == ["error: --frameworks: unknown framework 'foo' (known: torch, jax)"]
 
 
-RESULT_KEYS = {"framework", "variant", "step", "config", "compile_s", "first_step_s", "step_s", "samples_per_s",
-               "peak_mem_mb", "achieved_gflop_s", "utilisation", "status",
-               "model_gflop_per_step", "executed_gflop_per_step", "flush_denormal", "rounds", "round_s"}
+RESULT_KEYS = {"framework", "variant", "tier", "step", "config", "compile_s", "first_step_s", "step_s", "samples_per_s",
+               "peak_mem_mb", "achieved_gflop_s", "utilisation", "status", "provenance", "fallback", "parity",
+               "parity_ok", "parts", "replicates", "model_gflop_per_step", "executed_gflop_per_step",
+               "flush_denormal", "rounds", "round_s"}
 
 
 @pytest.mark.slow
 def test_quick_run_writes_the_table_results_json_markdown_and_charts(tmp_path):
     out = tmp_path / "bench"
-    proc = run_bench("--quick", "--no-progress", "--out", str(out), timeout=170)
+    proc = run_bench("--quick", "--no-progress", "--replicates", "2", "--variants",
+                     "torch:eager,torch:eager-defaults,torch:compile,jax:scan,jax:nofold,jax:jit,jax:cudnn",
+                     "--out", str(out), timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    header = next(line for line in proc.stdout.splitlines() if line.startswith("variant"))
-    assert header.split()[:3] == ["variant", "step", "flush"] and "parity over 5 training steps" in proc.stdout
+    lines = proc.stdout.splitlines()
+    header = next(i for i, line in enumerate(lines) if line.startswith("tier"))
+    assert lines[header].split()[:5] == ["tier", "variant", "step", "kernel", "parity"]
+    assert "parity over 5 training steps" in proc.stdout
     assert "jax:cudnn: skipped: cudnn LSTM needs a CUDA GPU; this backend is cpu" in proc.stdout
+    # The tier sentences come first under the table, each with its interval.
+    sentences = lines[lines.index("", header) + 1:]
+    assert sentences[0].startswith("Stock against stock: Flax nn.RNN (jax:scan) trains at ")
+    assert sentences[1].startswith("Best tuned JAX against stock PyTorch: jax:")
+    assert sentences[2].startswith("The same algorithm as nn.LSTM, hand-tuned (jax:nofold), trains at ")
+    assert all(" [" in x and "–" in x for x in sentences[:3])
+    # Dynamo does not compile nn.LSTM: torch:compile is listed with its reason and not timed.
+    assert sentences[3] == "torch:compile (compiled): not timed, n/a: Dynamo: Attempted to wrap RNN, GRU, or LSTM"
 
     doc = json.loads((out / "results.json").read_text(encoding="utf-8"))
     assert {"environment", "gemm_peak", "parity", "results", "settings", "base_config"} <= doc.keys()
-    assert doc["schema_version"] == 4
+    assert doc["schema_version"] == 5 and doc["headline"] == sentences[:len(doc["headline"])]
     assert {"date", "cpu_model", "python", "versions", "xla_env"} <= doc["environment"].keys()
     assert doc["environment"]["xla_env"]["xla_scatter_workaround"] is False  # a CPU host: no GPU workaround
     assert doc["gemm_peak"]["gflop_s"] > 0
@@ -58,25 +71,40 @@ def test_quick_run_writes_the_table_results_json_markdown_and_charts(tmp_path):
         "torch": "float32", "jax": "highest", "numpy": "float32"}
     rows = doc["results"]
     assert rows and all(RESULT_KEYS <= r.keys() for r in rows)
-    main_rows = [r for r in rows if r["variant"] in ("eager", "jit")]
+    main_rows = [r for r in rows if r["variant"] in ("eager", "jit", "scan", "nofold")]
     assert main_rows and all(r["status"] == "ok" for r in main_rows), [r["error"] for r in main_rows]
     for r in main_rows:
         assert set(r["step_s"]) == {"median", "p25", "p75"}
         assert r["step_s"]["p25"] <= r["step_s"]["median"] <= r["step_s"]["p75"]
         assert r["samples_per_s"] == pytest.approx(r["config"]["batch_size"] / r["step_s"]["median"], rel=1e-9)
         assert r["peak_mem_mb"] > 0 and 0 < r["utilisation"] < 1.5
-        # The LSTM implementation that ran: the JAX default at float32 is the fused one.
-        assert r["lstm_impl"] == {"torch": "nn.LSTM", "jax": "fused"}[r["framework"]]
-        assert r["flush_denormal"] is True and r["rounds"] == 5 and len(r["round_s"]) == 5
+        assert r["flush_denormal"] is True and r["rounds"] == 5 and r["replicates"] == 2
+        assert [len(x) for x in r["round_s"]] == [5, 5]  # per replicate
+    train = {r["variant"]: r for r in main_rows if r["step"] == "train"}
+    # Provenance: the op torch.profiler saw, the implementation and the loops JAX's compiled step holds.
+    assert "aten::mkldnn_rnn_layer" in train["eager"]["provenance"]["kernels"] and train["eager"]["provenance"]["onednn"]
+    assert [train[v]["provenance"]["kernels"][0] for v in ("jit", "nofold", "scan")] == ["impl:fused", "impl:fused",
+                                                                                          "impl:scan"]
+    assert train["jit"]["provenance"]["float_while_loops"] == 2  # the wavefront forward and backward
+    assert all(r["fallback"] is None for r in train.values())
+    # Every timed row has its own parity against torch:eager, within float32 rounding.
+    assert all(train[v]["parity"] <= 1e-5 and train[v]["parity_ok"] for v in ("jit", "nofold", "scan"))
+    # The training step in parts: each positive for torch, and the ratios per part.
+    assert all(train["eager"]["parts"][p]["median"] > 0 for p in ("forward", "backward", "optimizer"))
+    compile_row = next(r for r in rows if r["variant"] == "compile" and r["step"] == "train")
+    assert compile_row["status"] == "n/a" and "dynamo" in compile_row["provenance"]
     defaults = [r for r in rows if r["variant"] == "eager-defaults"]
     assert [r["flush_denormal"] for r in defaults] == [False, False] and defaults[0]["steps_per_round"] == 1
     nofold = next(r for r in rows if r["variant"] == "nofold" and r["step"] == "train")
     assert nofold["executed_gflop_per_step"] == nofold["model_gflop_per_step"]
-    compared = {(c["variant"], c["step"]) for c in doc["comparisons"]}
-    assert compared == {(v, k) for v in ("torch:eager-defaults", "jax:jit", "jax:nofold") for k in ("train", "eval")}
+    compared = {(c["variant"], c["step"]) for c in doc["comparisons"] if c["step"] in ("train", "eval")}
+    assert compared == {(v, k) for v in ("torch:eager-defaults", "jax:scan", "jax:jit", "jax:nofold")
+                        for k in ("train", "eval")}
+    assert {c["step"] for c in doc["comparisons"] if c["variant"] == "jax:jit"} >= {"train", "eval", "forward",
+                                                                                    "optimizer"}
     assert all(c["baseline"] == "torch:eager" and c["ci95"][0] <= c["ratio"] <= c["ci95"][1] and c["rounds"] == 5
                for c in doc["comparisons"])
-    assert [len(doc["rounds"][k]) for k in ("train", "eval")] == [5, 5]
+    assert [len(doc["rounds"][k]) for k in ("train", "eval", "parts")] == [5, 5, 5]
 
     if BOTH:
         parity = doc["parity"]
@@ -85,8 +113,9 @@ def test_quick_run_writes_the_table_results_json_markdown_and_charts(tmp_path):
         assert parity["max_abs_dloss"]["jax:jit"] < 1e-5
 
     md = (out / "results.md").read_text(encoding="utf-8")
-    assert "| variant | step | flush |" in md and "## Parity" in md and "## Environment" in md
-    for chart in ("time_per_step.png", "parity_loss.png") if BOTH else ("time_per_step.png",):
+    assert "| tier | variant | step | kernel | parity |" in md and "## Parity" in md and "## Environment" in md
+    assert "## Where the training step's time goes" in md
+    for chart in ("time_per_step.png", "time_parts.png", "parity_loss.png") if BOTH else ("time_per_step.png",):
         assert (out / chart).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 

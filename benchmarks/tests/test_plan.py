@@ -21,7 +21,7 @@ def test_parse_sweep_refuses_bad_specs(spec):
 def test_select_variants_default_all_and_named():
     both = ["torch", "jax"]
     assert [v.label for v in plan.select_variants("default", both)] == [
-        "torch:eager", "torch:eager-defaults", "jax:jit", "jax:nofold", "jax:cudnn"]
+        "torch:eager", "torch:compile", "jax:scan", "jax:nofold", "jax:jit"]
     assert len(plan.select_variants("all", both)) == len(plan.VARIANTS)
     assert [v.label for v in plan.select_variants("jit,torch:eager", both)] == ["jax:jit", "torch:eager"]
     with pytest.raises(ConfigError, match="unknown variant"):
@@ -30,18 +30,27 @@ def test_select_variants_default_all_and_named():
         plan.select_variants("torch:eager", ["jax"])
 
 
-def test_gpu_default_runs_cudnn_against_eager_and_drops_the_cpu_only_rows():
+def test_gpu_default_adds_the_vendor_kernel_row():
     assert [v.label for v in plan.select_variants("default", ["torch", "jax"], "gpu")] == [
-        "torch:eager", "jax:jit", "jax:cudnn"]
+        "torch:eager", "torch:compile", "jax:scan", "jax:nofold", "jax:jit", "jax:cudnn"]
+
+
+def test_every_tier_has_a_row_and_each_label_promises_its_kernel():
+    tiers = {v.label: v.tier for v in plan.VARIANTS}
+    assert set(tiers.values()) == set(plan.TIERS)
+    assert (tiers["torch:eager"], tiers["jax:scan"], tiers["jax:jit"], tiers["jax:cudnn"]) == (
+        "stock", "stock", "tuned", "vendor")
+    assert plan.variant("jax:cudnn").kernel == {"gpu": "dnn_rnn"}  # cuDNN's custom call in the compiled step
+    assert plan.variant("torch:eager").kernel == {"gpu": "_cudnn_rnn"}  # nn.LSTM on cuDNN, on a GPU
 
 
 def test_variants_are_trainer_configs_with_the_stated_change():
     # The bench times only what the trainers run: each row differs from the base Config by named fields.
     assert plan.variant("torch:eager-defaults").changes == {"flush_denormal": False}
-    assert plan.variant("jax:nofold").changes == {"embed_fold": False}
+    assert plan.variant("jax:nofold").changes == {"lstm_impl": "fused", "embed_fold": False}
+    assert plan.variant("torch:compile").changes == {"torch_compile": True}
     assert plan.variant("jax:cudnn").changes == {"lstm_impl": "cudnn"}
     assert plan.variant("torch:eager").changes == {} and plan.variant("jax:jit").changes == {}
-    assert [v.label for v in plan.VARIANTS if v.parity] == ["torch:eager", "jax:jit", "jax:cudnn"]
     assert plan.BASELINE == "torch:eager"
 
 

@@ -14,23 +14,33 @@ from common.errors import ConfigError
 CFG = Config(batch_size=4, seq_len=10, embed_dim=8, hidden_dim=16, layers=2).to_dict()
 
 
-def _entry(train_s, eval_s, lstm_impl="nn.LSTM", flush=True) -> EntryResult:
+KERNELS = {"nn.LSTM": ["aten::lstm", "aten::mkldnn_rnn_layer"], "fused": ["impl:fused"], "scan": ["impl:scan"]}
+
+
+def _entry(label, train_s, eval_s, lstm_impl="nn.LSTM", flush=True, replicate=1, device="cpu",
+           kernels=None) -> EntryResult:
     setup = Setup(vocab_size=30, record={"lstm_impl": lstm_impl, "flush_denormal": flush, "allow_tf32": False},
-                  info={"device": "cpu", "device_name": "cpu"},
-                  phases={k: {"first_step_s": 0.5, "peak_rss_mb": 300.0} for k in ("train", "eval")})
-    return EntryResult("ok", None, setup, {"train": train_s, "eval": eval_s}, {"train": 3, "eval": 5})
+                  info={"device": device, "device_name": device},
+                  phases={k: {"first_step_s": 0.5, "peak_rss_mb": 300.0} for k in ("train", "eval")},
+                  provenance={"kernels": KERNELS[lstm_impl] if kernels is None else kernels})
+    return EntryResult(label, replicate, "ok", None, setup, {"train": train_s, "eval": eval_s},
+                       {"train": 3, "eval": 5})
 
 
-def _session(n=5) -> Session:
+def _session(n=5, **entries: EntryResult) -> Session:
     rounds = [Round([], 0.1 * i, i == 4) for i in range(n)]
-    return Session({"torch:eager": _entry([0.2] * n, [0.10] * n),
-                    "jax:jit": _entry([0.1] * n, [0.05, 0.10, 0.05, 0.10, 0.05][:n], "fused"),
-                    "jax:cudnn": EntryResult("skipped", "cudnn LSTM needs a CUDA GPU; this backend is cpu")},
-                   {"eval": rounds, "train": rounds})
+    base = [_entry("torch:eager", [0.2] * n, [0.10] * n),
+            _entry("jax:jit", [0.1] * n, [0.05, 0.10, 0.05, 0.10, 0.05][:n], "fused"),
+            EntryResult("jax:cudnn", 1, "skipped", "cudnn LSTM needs a CUDA GPU; this backend is cpu")]
+    return Session({f"{e.label}#{e.replicate}": e for e in [*base, *entries.values()]}, {"eval": rounds, "train": rounds})
+
+
+def _configs(session: Session) -> dict:
+    return {e.label: CFG for e in session.entries.values()}
 
 
 def test_row_takes_the_median_over_rounds_and_derives_throughput_flops_and_utilisation():
-    rows = report.rows_for(_session(), {k: CFG for k in _session().entries}, None, peak=10.0)
+    rows = report.rows_for(_session(), _configs(_session()), None, peak=10.0)
     jit = next(r for r in rows if r.variant == "jit" and r.step == "train")
     model = 3 * (2 * 40 * 64 * (8 + 16) + 2 * 40 * 64 * (16 + 16) + 2 * 4 * 16) / 1e9
     assert asdict(jit.step_s) == {"median": pytest.approx(0.1), "p25": pytest.approx(0.1), "p75": pytest.approx(0.1)}
@@ -41,7 +51,7 @@ def test_row_takes_the_median_over_rounds_and_derives_throughput_flops_and_utili
 
 
 def test_executed_flops_credit_the_fold_only_to_the_fused_stack():
-    rows = report.rows_for(_session(), {k: CFG for k in _session().entries}, None, peak=None)
+    rows = report.rows_for(_session(), _configs(_session()), None, peak=None)
     by = {(r.variant, r.step): r for r in rows}
     saved = 2 * 4 * 16 * 8 * (40 - 30) / 1e9  # layer 0's projection over 30 table rows instead of 40 tokens
     assert by["jit", "eval"].executed_gflop_per_step == pytest.approx(by["jit", "eval"].model_gflop_per_step
@@ -50,27 +60,36 @@ def test_executed_flops_credit_the_fold_only_to_the_fused_stack():
 
 
 def test_a_skipped_variant_becomes_rows_with_its_reason_and_no_numbers():
-    rows = report.rows_for(_session(), {k: {**CFG, "lstm_impl": "cudnn"} for k in _session().entries}, None, 1.0)
+    rows = report.rows_for(_session(), {k: {**CFG, "lstm_impl": "cudnn"} for k in _configs(_session())}, None, 1.0)
     cudnn = [r for r in rows if r.variant == "cudnn"]
     assert [(r.step, r.status, r.step_s) for r in cudnn] == [("train", "skipped", None), ("eval", "skipped", None)]
     assert cudnn[0].error == "cudnn LSTM needs a CUDA GPU; this backend is cpu"
 
 
 def test_paired_ratio_is_the_median_per_round_ratio_with_a_bootstrap_interval():
-    ratio, (low, high) = report.paired_ratio([2.0, 2.0, 2.0, 2.0, 2.0], [1.0, 1.0, 1.0, 1.0, 1.0])
+    ratio, (low, high) = report.paired_ratio([[2.0, 2.0, 2.0, 2.0, 2.0]], [[1.0, 1.0, 1.0, 1.0, 1.0]])
     assert (ratio, low, high) == (2.0, 2.0, 2.0)  # no spread, no width
     base = np.array([1.0, 1.1, 0.9, 1.2, 1.0, 0.95, 1.05])
-    ratio, (low, high) = report.paired_ratio(base, base / np.array([1.5, 1.4, 1.6, 1.5, 1.3, 1.7, 1.5]))
+    ratio, (low, high) = report.paired_ratio([base], [base / np.array([1.5, 1.4, 1.6, 1.5, 1.3, 1.7, 1.5])])
     assert ratio == pytest.approx(1.5) and low < 1.5 < high + 1e-12 and 1.3 <= low and high <= 1.7
+
+
+def test_the_interval_widens_when_replicates_disagree_though_every_round_agrees_within_each():
+    # Two workers of the variant: one twice as fast as the other in every round. Resampling rounds alone sees
+    # no spread; resampling the replicates too spans from both slow (ratio 1) to both fast (ratio 2).
+    base = [[1.0] * 8, [1.0] * 8]
+    ratio, (low, high) = report.paired_ratio(base, [[1.0] * 8, [0.5] * 8])
+    assert ratio == pytest.approx(1 / 0.75) and (low, high) == pytest.approx((1.0, 2.0))
+    assert report.paired_ratio(base, [[0.75] * 8, [0.75] * 8])[1] == pytest.approx([1 / 0.75, 1 / 0.75])
 
 
 def test_comparisons_pair_every_variant_with_the_baseline_per_step_kind():
     out = report.comparisons_for(_session(), None)
-    assert [(c.variant, c.step) for c in out] == [("jax:jit", "eval"), ("jax:jit", "train")]
-    train = out[1]
+    assert [(c.variant, c.step) for c in out] == [("jax:jit", "train"), ("jax:jit", "eval")]
+    train = out[0]
     assert (train.baseline, train.ratio, train.ci95, train.rounds) == ("torch:eager", 2.0, [2.0, 2.0], 5)
     assert train.busy_rounds == 1 and "bootstrap" in train.method
-    assert out[0].ratio == pytest.approx(2.0)  # per-round ratios 2, 1, 2, 1, 2
+    assert out[1].ratio == pytest.approx(2.0)  # per-round ratios 2, 1, 2, 1, 2
 
 
 def test_gemm_peak_is_the_best_measurement_on_the_benchmark_device():
@@ -93,7 +112,7 @@ def test_parity_reports_each_variants_largest_loss_difference_from_the_baseline(
 
 
 def test_warnings_flag_busy_rounds_mixed_devices_and_utilisation_above_the_peak():
-    torch, jit = (r for r in report.rows_for(_session(), {k: CFG for k in _session().entries}, None, peak=None)
+    torch, jit = (r for r in report.rows_for(_session(), _configs(_session()), None, peak=None)
                   if r.step == "train" and r.status == "ok")
     rows = [replace(torch, utilisation=1.2), replace(jit, device_name="NVIDIA H200", utilisation=0.3)]
     out = report.warnings(rows, [Round([], 2.0, True), Round([], 0.0, False)])
@@ -104,7 +123,7 @@ def test_warnings_flag_busy_rounds_mixed_devices_and_utilisation_above_the_peak(
 
 
 def _doc(session, sweep=None):
-    rows = report.rows_for(session, {k: CFG for k in session.entries}, sweep, None)
+    rows = report.rows_for(session, _configs(session), sweep, None)
     return {"results": [asdict(r) for r in rows], "comparisons": [asdict(c) for c in
                                                                  report.comparisons_for(session, sweep)],
             "environment": {"date": "d", "cpu_model": "AMD EPYC", "devices": {"torch": "cpu"}}}
@@ -122,7 +141,7 @@ def test_sweep_rows_give_each_value_its_times_and_paired_ratios(tmp_path):
 
 def test_compare_sets_matching_rows_side_by_side():
     slow = _session()
-    slow.entries["jax:jit"].round_s["train"] = [0.4] * 5
+    slow.entries["jax:jit#1"].round_s["train"] = [0.4] * 5
     text = report.compare(_doc(_session()), _doc(slow), ["a", "b"], markdown=False)
     line = next(x for x in text.splitlines() if x.startswith("jax:jit") and " train " in x)
     assert line.split()[-3:] == ["100.0", "400.0", "0.25×"]
@@ -132,11 +151,11 @@ def test_compare_sets_matching_rows_side_by_side():
 @pytest.mark.parametrize("content, message", [
     (None, "no such results directory"), ("{not json", "not a bench"),
     ('{"results": "x"}', "no results list"),
-    ('{"schema_version": 3, "results": []}', "schema_version 3; this bench reads version 4 only"),
-    ('{"schema_version": 4, "results": [{"variant": 1}]}', r"results\[0\]\.framework is missing"),
-    ('{"schema_version": 4, "results": [{"framework": "jax", "variant": "jit", "step": "train", "sweep": null, '
+    ('{"schema_version": 4, "results": []}', "schema_version 4; this bench reads version 5 only"),
+    ('{"schema_version": 5, "results": [{"variant": 1}]}', r"results\[0\]\.framework is missing"),
+    ('{"schema_version": 5, "results": [{"framework": "jax", "variant": "jit", "step": "train", "sweep": null, '
      '"step_s": 0.1}]}', r"results\[0\]\.step_s is missing or of the wrong type"),
-    ('{"schema_version": 4, "results": [{"framework": "jax", "variant": "jit", "step": "train", "sweep": null, '
+    ('{"schema_version": 5, "results": [{"framework": "jax", "variant": "jit", "step": "train", "sweep": null, '
      '"step_s": {"median": "fast"}}]}', r"results\[0\]\.step_s\.median is not a positive number")])
 def test_reading_a_run_refuses_a_missing_malformed_or_other_version_file_naming_it(tmp_path, content, message):
     path = tmp_path / "results.json"
@@ -150,9 +169,11 @@ def test_reading_a_run_refuses_a_missing_malformed_or_other_version_file_naming_
 
 def test_a_written_run_reads_back_with_every_row_field(tmp_path):
     session = _session()
-    rows = report.rows_for(session, {k: CFG for k in session.entries}, None, peak=10.0)
+    rows = report.rows_for(session, _configs(session), None, peak=10.0)
+    comparisons = report.comparisons_for(session, None)
     run = schema.Run(schema.SCHEMA_VERSION, ["bench.py"], {}, {}, CFG, 30, {}, {"gflop_s": 10.0}, rows,
-                     report.comparisons_for(session, None), session.rounds, {}, report.parity({}, 0), [])
+                     comparisons, report.tier_sentences(rows, comparisons), session.rounds, {}, report.parity({}, 0),
+                     [])
     schema.write_json(run, tmp_path / "results.json")
     doc = schema.read_run(str(tmp_path))
     assert doc == json.loads(json.dumps(asdict(run)))
@@ -160,7 +181,7 @@ def test_a_written_run_reads_back_with_every_row_field(tmp_path):
 
 
 def test_efficiency_is_throughput_per_device_relative_to_the_smallest_count():
-    torch, jit = (r for r in report.rows_for(_session(), {k: CFG for k in _session().entries}, None, peak=None)
+    torch, jit = (r for r in report.rows_for(_session(), _configs(_session()), None, peak=None)
                   if r.step == "train" and r.status == "ok")
 
     def row(like, devices, samples_per_s):
@@ -168,3 +189,51 @@ def test_efficiency_is_throughput_per_device_relative_to_the_smallest_count():
     rows = [row(torch, 1, 100.0), row(torch, 2, 150.0), row(torch, 4, 200.0), row(jit, 2, 80.0)]
     report.add_efficiency(rows)
     assert [r.efficiency for r in rows] == pytest.approx([1.0, 0.75, 0.5, 1.0])  # 150 / (2 × 100), 200 / (4 × 100)
+
+
+def test_a_row_whose_kernel_is_not_the_one_its_label_promises_is_a_fallback_kept_out_of_the_comparisons():
+    # jax:jit promises the fused recurrence; this worker's compiled step ran the reference scan instead.
+    session = _session(**{"slow": _entry("jax:nofold", [0.1] * 5, [0.1] * 5, "fused"),
+                          "fake": _entry("jax:jit", [0.05] * 5, [0.05] * 5, "scan", replicate=2)})
+    session.entries["jax:jit#1"].setup.provenance = {"kernels": ["impl:scan"]}
+    rows = report.rows_for(session, _configs(session), None, peak=None)
+    jit = next(r for r in rows if r.variant == "jit" and r.step == "train")
+    assert jit.fallback == "jax:jit promises impl:fused on the cpu, but its training step ran impl:scan"
+    assert {c.variant for c in report.comparisons_for(session, None)} == {"jax:nofold"}
+    assert "fallback, kept out of the comparisons: jax:jit promises impl:fused" in report.warnings(rows, [])[0]
+    assert not any("jax:jit" in x for x in report.tier_sentences(rows, report.comparisons_for(session, None)))
+
+
+def test_torch_eager_on_a_gpu_without_cudnn_is_a_fallback_and_takes_every_comparison_with_it():
+    session = _session()
+    session.entries["torch:eager#1"].setup.info["device"] = "cuda"
+    assert report.fallback("torch:eager", session.entries["torch:eager#1"].setup).startswith(
+        "torch:eager promises _cudnn_rnn on the gpu")
+    assert report.comparisons_for(session, None) == []  # no baseline: no ratio means anything
+
+
+def test_tier_sentences_give_each_tier_comparison_its_ratio_and_interval():
+    session = _session(**{"scan": _entry("jax:scan", [0.4] * 5, [0.2] * 5, "scan"),
+                          "nofold": _entry("jax:nofold", [0.25] * 5, [0.2] * 5, "fused")})
+    rows = report.rows_for(session, _configs(session), None, None, report.parity({}, 0))
+    sentences = report.tier_sentences(rows, report.comparisons_for(session, None))
+    assert sentences == [
+        "Stock against stock: Flax nn.RNN (jax:scan) trains at 0.50× [0.50–0.50] and infers at 0.50× [0.50–0.50] "
+        "the speed of torch:eager (PyTorch's nn.LSTM).",
+        "Best tuned JAX against stock PyTorch: jax:jit trains at 2.00× [2.00–2.00] and infers at 2.00× [1.00–2.00] "
+        "the speed of torch:eager.",
+        "The same algorithm as nn.LSTM, hand-tuned (jax:nofold), trains at 0.80× [0.80–0.80] and infers at 0.50× "
+        "[0.50–0.50] the speed of torch:eager.",
+        "jax:cudnn (vendor): not timed, skipped: cudnn LSTM needs a CUDA GPU; this backend is cpu"]
+
+
+def test_a_float32_row_beyond_the_parity_band_is_flagged_and_left_out_of_the_sentences():
+    session = _session()
+    parity = report.parity({"torch:eager": [0.7, 0.6], "jax:jit": [0.7, 0.6001]}, 2)
+    rows = report.rows_for(session, _configs(session), None, None, parity)
+    jit = next(r for r in rows if r.variant == "jit" and r.step == "train")
+    assert jit.parity == pytest.approx(1e-4) and jit.parity_ok is False
+    assert any("jax:jit: max |Δloss| 0.0001 against torch:eager is beyond 1e-05" in w
+               for w in report.warnings(rows, []))
+    assert not any(x.startswith("Best tuned") for x in report.tier_sentences(rows,
+                                                                             report.comparisons_for(session, None)))
