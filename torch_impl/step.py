@@ -4,6 +4,7 @@
     loss_sum, correct = eval_step(model, batch)                  # zero hidden state, dropout off
 """
 import math
+import sys
 from dataclasses import dataclass
 from typing import Callable
 
@@ -38,12 +39,31 @@ def resolve_dtype(name: str) -> torch.dtype:
 def set_numerics(cfg: Config, device: torch.device) -> dict[str, bool]:
     """Put PyTorch's process-wide float rules where ``cfg`` says, and return what is in force. Both differ from
     JAX's by default: XLA flushes denormals to zero on the CPU (PyTorch keeps them, which makes backward through
-    long sequences many times slower on some CPUs), and JAX at HIGHEST never uses TF32 (PyTorch lets cuDNN)."""
-    flushed = torch.set_flush_denormal(cfg.flush_denormal)  # False where the CPU cannot flush (then nothing is)
+    long sequences many times slower on some CPUs), and JAX at HIGHEST never uses TF32 (PyTorch lets cuDNN).
+
+    ``torch.set_flush_denormal`` sets the calling thread's flags only. The intra-op threads (OpenMP's, which MKL
+    and oneDNN run on too) copy them from the thread that starts them, at the process's first parallel op, and keep
+    them. So call this before anything parallel runs (the twins do, before building the model); the returned
+    ``flush_denormal`` is measured on every intra-op thread (:func:`denormals_flushed`), not taken from the flag."""
+    torch.set_flush_denormal(cfg.flush_denormal)  # returns False where the CPU cannot flush (then nothing is)
     torch.backends.cuda.matmul.allow_tf32 = cfg.allow_tf32
     torch.backends.cudnn.allow_tf32 = cfg.allow_tf32
-    return {"flush_denormal": cfg.flush_denormal and flushed and device.type == "cpu",  # a CPU switch only
-            "allow_tf32": cfg.allow_tf32}
+    flushed = denormals_flushed() if device.type == "cpu" else None  # a CPU switch only
+    if device.type == "cpu" and flushed is not cfg.flush_denormal:
+        where = {True: "all", False: "none", None: "only some"}[flushed]
+        flag = "--flush-denormal" if cfg.flush_denormal else "--no-flush-denormal"
+        print(f"warning: {where} of PyTorch's intra-op threads flush denormals, against {flag} (threads started before "
+              f"it was set keep their own rule; the run record says what is in force)", file=sys.stderr)
+    return {"flush_denormal": bool(flushed), "allow_tf32": cfg.allow_tf32}
+
+
+def denormals_flushed() -> bool | None:
+    """True when every intra-op thread flushes denormals to zero, False when none does, None when some do: a
+    float32 GEMM split over the threads, each of whose products is a denormal, comes out zero exactly where the
+    thread that computed it flushes."""
+    a = torch.full((512, 512), 1e-21)  # products 1e-42, sums 5e-40: all below float32's smallest normal, 1.2e-38
+    zero = (a @ a == 0).float().mean().item()
+    return True if zero == 1.0 else False if zero == 0.0 else None
 
 
 def make_optimizer(model: nn.Module, cfg: Config) -> torch.optim.Adam:

@@ -46,12 +46,12 @@ class TorchTwin:
 
     def __init__(self, cfg: Config, vocab_size: int, device: torch.device, world: World | None):
         self.cfg, self.world, self.device = cfg, world, device
+        numerics = set_numerics(cfg, device)  # before the model: its initialisation starts the intra-op threads
         self.model = model_from_config(cfg, vocab_size).to(device=device, dtype=resolve_dtype(cfg.dtype))
         self.is_main = world is None or world.is_main
         self.rows = cfg.batch_size // (world.size if world else 1)
         self.record = {"framework": "torch", "torch": torch.__version__, "device": str(device),
-                       "devices": world.size if world else 1, "dtype": cfg.dtype, "lstm_impl": "nn.LSTM",
-                       **set_numerics(cfg, device)}
+                       "devices": world.size if world else 1, "dtype": cfg.dtype, "lstm_impl": "nn.LSTM", **numerics}
 
     def init_state(self, params: Params) -> TrainState:
         load_params(self.model, params)
