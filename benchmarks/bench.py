@@ -5,6 +5,7 @@
     python benchmarks/bench.py --quick              # a smoke run of everything (< 1 min)
     python benchmarks/bench.py --sweep seq_len=50,200,800 --out docs/bench/sweep_seq_len
     python benchmarks/bench.py compare RUN_A RUN_B [--out FILE.md]
+    python benchmarks/bench.py coverage RUN_1 RUN_2 RUN_3 ... [--out FILE.md]   # intervals against other runs
 
 Each variant runs in a worker of its own, timing the trainers' own steps on real batches, in paired rounds; every
 ratio against torch:eager has a 95% bootstrap interval. Writes results.json, results.md and PNG charts to --out.
@@ -28,7 +29,8 @@ from common.errors import ConfigError, cli_main  # noqa: E402
 # Config fields that mean nothing to a benchmark (checkpoints, run length; --device-counts replaces --devices).
 EXCLUDED_FIELDS = (*field_names("files"), "max_steps", "skip_nonfinite", "devices")
 MIN_ROUNDS = 5
-DEFAULTS = {"rounds": 8, "steps": 1, "eval_steps": 2, "parts_steps": 1, "warmup": 2, "parity_steps": 20, "replicates": 2}
+DEFAULTS = {"rounds": 8, "steps": 1, "eval_steps": 2, "parts_steps": 1, "warmup": 2, "parity_steps": 20,
+            "replicates": 2}
 QUICK = {"rounds": 5, "steps": 2, "eval_steps": 2, "parts_steps": 1, "warmup": 1, "parity_steps": 5, "replicates": 1}
 GEMM_N = {"cpu": 2048, "gpu": 8192, "quick": 512}
 FRAMEWORK_MODULES = {"torch": ("torch",), "jax": ("jax", "flax", "optax")}  # what each twin needs importable
@@ -81,6 +83,7 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--timeout", type=float, default=1800.0, help="seconds one worker may take for one request "
                    "(set-up or a round's steps) before it is stopped and reported as timed out")
     b.add_argument("--out", default=None, help="output directory (default bench-results/<timestamp>/)")
+    b.add_argument("--overwrite", action="store_true", help="replace the results already in --out")
     c = parser.add_argument_group("convergence mode")
     c.add_argument("--seeds", default="0", help="comma list of seeds; the whole comparison is repeated per seed")
     c.add_argument("--target", type=float, default=0.85, help="validation accuracy for time-to-accuracy")
@@ -119,8 +122,11 @@ def settings_from(ns: argparse.Namespace, cfg: Config) -> dict:
     return {**s, "device": cfg.device, "timeout_s": ns.timeout, "quick": ns.quick, "sweeps": sweeps}
 
 
-def output_dir(spec: str | None) -> Path:
+def output_dir(spec: str | None, overwrite: bool) -> Path:
     out = Path(spec) if spec else Path("bench-results") / datetime.now().strftime("%Y%m%d-%H%M%S")
+    if (out / "results.json").exists() and not overwrite:
+        raise ConfigError(f"--out {out}: holds the results of an earlier run; choose another directory, or pass "
+                          f"--overwrite to replace them")
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as err:
@@ -147,12 +153,13 @@ def measure(cfg: Config, variants, s: dict, base: bool) -> tuple[dict, dict]:
 
 def speed_main(ns: argparse.Namespace, cfg: Config, s: dict, frameworks: list[str], argv: list[str]) -> int:
     variants = plan.select_variants(ns.variants, frameworks, "gpu" if s["device"] == "gpu" else "cpu")
-    out, environment, start = output_dir(ns.out), harness.environment(), time.perf_counter()
+    out, environment, start = output_dir(ns.out, ns.overwrite), harness.environment(), time.perf_counter()
     session, configs = measure(cfg, variants, s, base=True)
     ok = [e.setup for e in session.entries.values() if e.status == "ok"]
     if not ok:  # e.g. --device gpu without a GPU
         raise ConfigError("no variant ran: " + next(iter(session.entries.values())).error)
-    peak, parity = report.gemm_peak(session.gemm, ok[0].info["device"]), report.parity(session.parity, s["parity_steps"])
+    peak = report.gemm_peak(session.gemm, ok[0].info["device"])
+    parity = report.parity(session.parity, s["parity_steps"])
     rows = report.rows_for(session, configs, None, peak["gflop_s"], parity)
     comparisons = report.comparisons_for(session, None)
     sweep_rounds: dict[str, list] = {}
@@ -186,6 +193,28 @@ def speed_main(ns: argparse.Namespace, cfg: Config, s: dict, frameworks: list[st
     return 0
 
 
+def coverage_main(argv: list[str]) -> int:
+    parser = Parser(prog="benchmarks/bench.py coverage", description="how often each run's 95%% interval holds the "
+                    "median ratio of the other runs (runs of one configuration on one machine)")
+    parser.add_argument("runs", nargs="+", help="results directories or their results.json (at least 3)")
+    parser.add_argument("--out", default=None, help="also write the table as Markdown to this file")
+    ns = parser.parse_args(argv)
+    if len(ns.runs) < 3:
+        raise ConfigError(f"coverage: needs at least 3 runs, got {len(ns.runs)}")
+    docs = [schema.read_run(x, "coverage") for x in ns.runs]
+    print(report.coverage(docs, ns.runs, markdown=False), end="")
+    write_markdown(ns.out, report.coverage(docs, ns.runs, markdown=True))
+    return 0
+
+
+def write_markdown(path: str | None, text: str) -> None:
+    if path:
+        try:
+            Path(path).write_text(text, encoding="utf-8")
+        except OSError as err:
+            raise ConfigError(f"--out {path}: cannot write ({err.strerror})") from None
+
+
 def compare_main(argv: list[str]) -> int:
     parser = Parser(prog="benchmarks/bench.py compare", description="two benchmark runs side by side")
     parser.add_argument("run_a", help="a results directory or its results.json")
@@ -194,19 +223,15 @@ def compare_main(argv: list[str]) -> int:
     ns = parser.parse_args(argv)
     a, b = schema.read_run(ns.run_a), schema.read_run(ns.run_b)
     print(report.compare(a, b, (ns.run_a, ns.run_b), markdown=False), end="")
-    if ns.out:
-        try:
-            Path(ns.out).write_text(report.compare(a, b, (ns.run_a, ns.run_b), markdown=True), encoding="utf-8")
-        except OSError as err:
-            raise ConfigError(f"--out {ns.out}: cannot write ({err.strerror})") from None
+    write_markdown(ns.out, report.compare(a, b, (ns.run_a, ns.run_b), markdown=True))
     return 0
 
 
 @cli_main
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] == ["compare"]:
-        return compare_main(argv[1:])
+    if argv[:1] in (["compare"], ["coverage"]):
+        return (compare_main if argv[0] == "compare" else coverage_main)(argv[1:])
     ns = build_parser().parse_args(argv)
     cfg = base_config(ns)
     s = settings_from(ns, cfg)
@@ -215,7 +240,8 @@ def main(argv: list[str] | None = None) -> int:
         seeds = plan.int_list(ns.seeds, "--seeds", 0, "non-negative")
         if not 0.0 < ns.target <= 1.0:
             raise ConfigError(f"--target is a validation accuracy in (0, 1], got {ns.target}")
-        return convergence.main(cfg, frameworks, seeds, ns.target, output_dir(ns.out), ns.timeout, ns.quick,
+        return convergence.main(cfg, frameworks, seeds, ns.target, output_dir(ns.out, ns.overwrite), ns.timeout,
+                                ns.quick,
                                 ["benchmarks/bench.py", *argv])
     return speed_main(ns, cfg, s, frameworks, argv)
 

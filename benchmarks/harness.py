@@ -256,7 +256,8 @@ def run(entries: list[Entry], plan: Plan, device: str, progress: bool = True) ->
                             e.status, e.error = "timeout" if reply.get("timed_out") else "failed", reply.get("error")
                         elif kind == "parts":  # each part's median over the round's steps
                             for part in reply["step_s"][0]:
-                                e.round_s.setdefault(part, []).append(statistics.median(x[part] for x in reply["step_s"]))
+                                median = statistics.median(x[part] for x in reply["step_s"])
+                                e.round_s.setdefault(part, []).append(median)
                         else:
                             e.round_s[kind].append(statistics.median(reply["step_s"]))
                     load = others_load(before, cpu_seconds(pids), time.perf_counter() - start)

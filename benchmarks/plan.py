@@ -47,10 +47,16 @@ VARIANTS = (
     Variant("torch", "eager-defaults", "stock", "the same with PyTorch's defaults (denormals kept), one training "
             "step per round", changes={"flush_denormal": False}, few_steps=True),
     Variant("torch", "compile", "compiled", "torch.compile(model), default settings (--torch-compile); timed only "
-            "where Dynamo compiles the LSTM", BOTH, {"torch_compile": True}, {"cpu": "dynamo:lstm", "gpu": "dynamo:lstm"}),
-    Variant("jax", "scan", "stock", "Flax nn.RNN over PyTorch's cell, a lax.scan differentiated by JAX; unlike "
-            "nn.OptimizedLSTMCell it keeps two biases and projects the inputs of all steps before the loop", BOTH,
-            {"lstm_impl": "scan"}, {"cpu": "impl:scan", "gpu": "impl:scan"}),
+            "where Dynamo compiles the LSTM", BOTH, {"torch_compile": True},
+            {"cpu": "dynamo:lstm", "gpu": "dynamo:lstm"}),
+    Variant("jax", "flax", "stock", "what a Flax user writes: nn.RNN over Flax's nn.OptimizedLSTMCell (each step "
+            "projects its input inside the loop), differentiated by JAX, fed PyTorch's weights: its one bias per "
+            "gate is b_ih + b_hh, so it trains PyTorch's function (--lstm-impl flax)", BOTH, {"lstm_impl": "flax"},
+            {"cpu": "impl:flax", "gpu": "impl:flax"}),
+    Variant("jax", "scan", "stock", "Flax nn.RNN over PyTorch's cell, differentiated by JAX; unlike "
+            "nn.OptimizedLSTMCell it keeps two biases and projects the inputs of all steps before the loop, one GEMM "
+            "(--lstm-impl scan, the readable reference)", BOTH, {"lstm_impl": "scan"},
+            {"cpu": "impl:scan", "gpu": "impl:scan"}),
     Variant("jax", "nofold", "tuned", "our fused recurrence, nn.LSTM's algorithm (--lstm-impl fused "
             "--no-embed-fold)", BOTH, {"lstm_impl": "fused", "embed_fold": False},
             {"cpu": "impl:fused", "gpu": "impl:fused"}, main=True),

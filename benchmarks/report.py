@@ -23,8 +23,8 @@ METHOD = (f"median over paired, interleaved rounds of baseline s / variant s, ea
           f"interval: two-level percentile bootstrap, replicates then rounds ({RESAMPLES} resamples, seed 0)")
 MAIN_COLUMNS = ("tier", "variant", "step", "kernel", "parity", "median ms", "p25–p75 ms", f"vs {BASELINE} [95% CI]",
                 "reps×rounds×steps", "compile s", "first s", "samples/s", "peak MB", "exec GFLOP", "GFLOP/s", "util")
-PARTS_METHOD = ("Each part timed on its own, in the same paired rounds and batches: torch, the trainer's own step with a "
-                "clock read (after a device sync) as the loss, the backward pass and the optimizer update (clip, "
+PARTS_METHOD = ("Each part timed on its own, in the same paired rounds and batches: torch, the trainer's own step with "
+                "a clock read (after a device sync) as the loss, the backward pass and the optimizer update (clip, "
                 "Adam) end; JAX, the step as three jitted functions: the loss, loss and gradient (backward: its "
                 "time less the loss's), and the update. sum / step: the parts' medians against the whole step's "
                 "(JAX above 1: XLA fuses the whole step, not its parts).")
@@ -193,8 +193,9 @@ def tier_sentences(rows: Sequence[Row], comparisons: Sequence[Comparison]) -> li
 
     tuned = [n for n in ("jax:jit", "jax:nofold") if (n, "train") in ratio]
     best = max(tuned, key=lambda n: ratio[n, "train"].ratio) if tuned else None
-    out = [f"Stock against stock: Flax nn.RNN (jax:scan) {speeds('jax:scan')} (PyTorch's nn.LSTM)."
-           if ("jax:scan", "train") in ratio else None,
+    cells = (("jax:flax", "Flax's nn.OptimizedLSTMCell"), ("jax:scan", "PyTorch's cell"))
+    stock = [f"Flax nn.RNN over {what} ({n}) {speeds(n)}" for n, what in cells if (n, "train") in ratio]
+    out = [f"Stock against stock, torch:eager being PyTorch's nn.LSTM: {'; '.join(stock)}." if stock else None,
            f"Best tuned JAX against stock PyTorch: {best} {speeds(best)}." if best else None,
            f"The same algorithm as nn.LSTM, hand-tuned (jax:nofold), {speeds('jax:nofold')}."
            if ("jax:nofold", "train") in ratio else None,
@@ -367,6 +368,37 @@ def render(doc: dict, charts: Sequence[str] = (), markdown: bool = False) -> str
     if markdown:
         out += ["", "## Charts", ""] + [f"![{c}]({c})" for c in charts]
     return "\n".join(out) + "\n"
+
+
+def coverage(docs: Sequence[dict], names: Sequence[str], markdown: bool) -> str:
+    """For each base-configuration comparison (variant and step kind) found in every run: whether each run's 95%
+    interval holds the median ratio of the other runs. Intervals that describe the spread between runs do so about
+    95% of the time; a lower rate means each run's interval is narrower than run-to-run variation."""
+    keyed = [{(c["variant"], c["step"]): c for c in d["comparisons"] if c["sweep"] is None} for d in docs]
+    shared = [k for k in keyed[0] if all(k in x for x in keyed[1:])]
+    if not shared:
+        raise ConfigError("coverage: the runs have no comparison in common (same variant and step kind)")
+    rows, held = [], {}
+    for key in shared:
+        cells = []
+        for i, run in enumerate(keyed):
+            others = float(np.median([x[key]["ratio"] for j, x in enumerate(keyed) if j != i]))
+            (low, high), hit = run[key]["ci95"], run[key]["ci95"][0] <= others <= run[key]["ci95"][1]
+            held.setdefault(key[1], []).append(hit)
+            cells.append(f"{run[key]['ratio']:.2f} [{low:.2f}–{high:.2f}]" + ("" if hit else " ✗"))
+        rows.append([*key, *cells, f"{sum(held[key[1]][-len(docs):])}/{len(docs)}"])
+    head = [f"run {i + 1}: {name} ({d['environment'].get('date', '?')}, {d['environment'].get('cpu_model', '?')}, "
+            f"{d['settings'].get('replicates', 1)} replicates × {d['settings'].get('rounds')} rounds)"
+            for i, (name, d) in enumerate(zip(names, docs))]
+    body = table(["variant", "step", *(f"run {i + 1}" for i in range(len(docs))), "held"], rows, markdown)
+    summary = [f"{kind}: {sum(x)} of {len(x)} intervals ({100 * sum(x) / len(x):.0f}%) hold the other runs' median "
+               f"ratio" for kind, x in held.items()]
+    everything = [x for v in held.values() for x in v]
+    summary.append(f"all: {sum(everything)} of {len(everything)} ({100 * sum(everything) / len(everything):.0f}%); "
+                   "✗: the interval misses it")
+    return "\n".join((["# Interval coverage between runs", ""] if markdown else []) + [("- " if markdown else "") + h
+                                                                                   for h in head]
+                     + ["", body, ""] + [("- " if markdown else "") + x for x in summary]) + "\n"
 
 
 def compare(a: dict, b: dict, names: Sequence[str], markdown: bool) -> str:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from common.errors import ConfigError
 
@@ -152,30 +152,41 @@ def write_json(doc: Run | dict, path: Path) -> None:
     path.write_text(json.dumps(doc, indent=1, ensure_ascii=False, default=str) + "\n", encoding="utf-8")
 
 
-# What compare reads of each row, and the types it needs them in.
+# What compare and coverage read of each row and comparison, and the types they need them in.
 ROW_TYPES = {"framework": str, "variant": str, "step": str, "sweep": (dict, type(None)), "step_s": (dict, type(None))}
+COMPARISON_TYPES = {"variant": str, "step": str, "sweep": (dict, type(None)), "ratio": (int, float), "ci95": list}
 
 
-def read_run(spec: str) -> dict:
-    """A results directory or its results.json → the document, checked: this schema version, and every row with the
-    fields ``compare`` reads. Anything else is one :class:`ConfigError` naming the file (and the row and field)."""
+def read_run(spec: str, command: str = "compare") -> dict:
+    """A results directory or its results.json → the document, checked: this schema version, and every row and
+    comparison with the fields ``compare`` and ``coverage`` read. Anything else is one :class:`ConfigError` naming
+    the ``command``, the file (and the row and field)."""
     path = Path(spec) / "results.json" if Path(spec).is_dir() else Path(spec)
     try:
         doc = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise ConfigError(f"compare: {spec}: no such results directory or results.json") from None
+        raise ConfigError(f"{command}: {spec}: no such results directory or results.json") from None
     except (OSError, ValueError) as err:
-        raise ConfigError(f"compare: {path}: not a bench results.json ({str(err).splitlines()[0]})") from None
+        raise ConfigError(f"{command}: {path}: not a bench results.json ({str(err).splitlines()[0]})") from None
     if not isinstance(doc, dict) or not isinstance(doc.get("results"), list):
-        raise ConfigError(f"compare: {path}: not a bench results.json (no results list)")
+        raise ConfigError(f"{command}: {path}: not a bench results.json (no results list)")
     if doc.get("schema_version") != SCHEMA_VERSION:
-        raise ConfigError(f"compare: {path}: schema_version {doc.get('schema_version')!r}; this bench reads "
+        raise ConfigError(f"{command}: {path}: schema_version {doc.get('schema_version')!r}; this bench reads "
                           f"version {SCHEMA_VERSION} only (rerun the older benchmark with this one)")
-    for i, row in enumerate(doc["results"]):
-        for name, kind in ROW_TYPES.items():
-            if not isinstance(row, dict) or not isinstance(row.get(name, ...), kind):
-                raise ConfigError(f"compare: {path}: results[{i}].{name} is missing or of the wrong type")
-        median = (row["step_s"] or {}).get("median", 0.0)
-        if row["step_s"] is not None and (not isinstance(median, (int, float)) or median <= 0):
-            raise ConfigError(f"compare: {path}: results[{i}].step_s.median is not a positive number")
+    def check(part: str, types: dict, values: Callable[[dict], tuple[str, bool]]) -> None:
+        for i, row in enumerate(doc.get(part) if isinstance(doc.get(part), list) else [None]):
+            for name, kind in types.items():
+                if not isinstance(row, dict) or not isinstance(row.get(name, ...), kind):
+                    raise ConfigError(f"{command}: {path}: {part}[{i}].{name} is missing or of the wrong type")
+            what, ok = values(row)
+            if not ok:
+                raise ConfigError(f"{command}: {path}: {part}[{i}].{what}")
+
+    def number(x: Any) -> bool:
+        return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+    check("results", ROW_TYPES, lambda r: ("step_s.median is not a positive number", r["step_s"] is None or (
+        number(r["step_s"].get("median")) and r["step_s"]["median"] > 0)))
+    check("comparisons", COMPARISON_TYPES, lambda c: ("ci95 is not [low, high]", len(c["ci95"]) == 2 and all(
+        number(x) for x in c["ci95"])))
     return doc

@@ -172,7 +172,8 @@ def hlo_summary(hlo: str) -> dict:
     """What a compiled XLA module holds: its while loops (those carrying floating-point arrays: the recurrences;
     the others are the dropout key's bit generator) and its custom calls (cuDNN's LSTM is ``cudnn_rnn_ffi``)."""
     loops = [line.split(" while(")[0] for line in hlo.splitlines() if " while(" in line]
-    return {"while_loops": len(loops), "float_while_loops": sum(bool(re.search(r"\b(f32|f64|bf16)\[", x)) for x in loops),
+    floats = sum(bool(re.search(r"\b(f32|f64|bf16)\[", x)) for x in loops)
+    return {"while_loops": len(loops), "float_while_loops": floats,
             "custom_calls": sorted(set(re.findall(r'custom_call_target="([^"]+)"', hlo)))}
 
 

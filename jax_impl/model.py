@@ -14,8 +14,9 @@ What runs by default (``--lstm-impl auto`` at float32), from the top:
 :class:`LSTMStack` hands its parameters and masks to one of :data:`IMPLEMENTATIONS` (``--lstm-impl``), bound by
 :func:`model_from_config` to its own options: ``fused`` (:mod:`jax_impl.recurrence`, hand-written gradients; the
 default for float32 and float64), ``scan`` (:func:`scan_stack`, Flax ``nn.RNN`` over :class:`TorchLSTMCell`,
-differentiated by JAX: the readable reference the fused stack is tested against, and the bfloat16 path) or ``cudnn``
-(:mod:`jax_impl.cudnn`, cuDNN's fused LSTM, CUDA only). Any checkpoint runs under any of them. Every matmul runs at
+differentiated by JAX: the readable reference the fused stack is tested against, and the bfloat16 path), ``flax``
+(:func:`flax_cell_stack`, ``nn.RNN`` over Flax's stock ``nn.OptimizedLSTMCell``: what a Flax user writes) or
+``cudnn`` (:mod:`jax_impl.cudnn`, cuDNN's fused LSTM, CUDA only). Any checkpoint runs under any of them. Every matmul runs at
 the model's ``precision``: ``Precision.HIGHEST`` (full float32, so TF32 GPUs still agree with the CPU and PyTorch)
 unless ``--allow-tf32`` makes it ``DEFAULT`` (TF32 where the GPU has it), in both twins. The carry is a tuple of L
 pairs ``(h, c)``, each (B, H), where PyTorch keeps two (L, B, H) stacks.
@@ -96,17 +97,43 @@ def scan_stack(table: Array, tokens: Array, weights: Sequence[LayerWeights], car
     return tuple(finals)
 
 
+def flax_cell_stack(table: Array, tokens: Array, weights: Sequence[LayerWeights], carry: Carry,
+                    lengths: Array | None, masks: Sequence[Array] | None, *, dtype: Any,
+                    precision: jax.lax.Precision = PRECISION) -> Carry:
+    """What a Flax user writes: per layer ``nn.RNN`` over Flax's own ``nn.OptimizedLSTMCell``, whose loop projects
+    each step's input, fed these weights (arguments as :func:`scan_stack`'s). Per gate g its kernels are
+    ``i<g>`` = W_ih[g].T and ``h<g>`` = W_hh[g].T, and its one bias is b_ih[g] + b_hh[g]: the sum lies inside the
+    differentiated function, so both biases get PyTorch's gradient and the stack trains PyTorch's function. Its
+    matmuls run at ``precision`` through JAX's default-precision setting (the cell takes none); it carries (c, h)."""
+    xs = jnp.take(table, tokens, axis=0).astype(dtype)  # (T, B, E)
+    finals = []
+    for k, ((w_ih, w_hh, b_ih, b_hh), (h, c)) in enumerate(zip(weights, carry)):
+        if k > 0 and masks is not None:
+            xs = xs * masks[k - 1].astype(xs.dtype)
+        hidden = w_hh.shape[1]
+        rows = {g: slice(j * hidden, (j + 1) * hidden) for j, g in enumerate("ifgo")}
+        cell = {f"i{g}": {"kernel": w_ih[r].T} for g, r in rows.items()}
+        cell.update({f"h{g}": {"kernel": w_hh[r].T, "bias": (b_ih + b_hh)[r]} for g, r in rows.items()})
+        rnn = nn.RNN(nn.OptimizedLSTMCell(hidden, dtype=dtype, param_dtype=w_hh.dtype), time_major=True,
+                     return_carry=True)
+        with jax.default_matmul_precision(precision.name.lower()):
+            (c, h), xs = rnn.apply({"params": {"cell": cell}}, xs, initial_carry=(c, h), seq_lengths=lengths)
+        finals.append((h, c))
+    return tuple(finals)
+
+
 # (table (V, E), tokens (T, B), weights, carry, lengths, masks) → the L final carries, options bound (bind_lstm)
 Implementation = Callable[..., Carry]
-IMPLEMENTATIONS: dict[str, Implementation] = {"fused": embedding_lstm_stack, "scan": scan_stack, "cudnn": cudnn_stack}
+IMPLEMENTATIONS: dict[str, Implementation] = {"fused": embedding_lstm_stack, "scan": scan_stack,
+                                              "flax": flax_cell_stack, "cudnn": cudnn_stack}
 
 
 def bind_lstm(name: str, dtype: Any = jnp.float32, precision: jax.lax.Precision = PRECISION,
               embed_fold: bool = True) -> Implementation:
     """Implementation ``name`` with the options it takes bound: the fused stack computes in the parameters' dtype
     and may fold the embedding; the scan computes in ``dtype``; cuDNN in float32."""
-    options = {"fused": {"embed_fold": embed_fold, "precision": precision},
-               "scan": {"dtype": dtype, "precision": precision}, "cudnn": {"precision": precision}}[name]
+    options = {"fused": {"embed_fold": embed_fold, "precision": precision}, "cudnn": {"precision": precision},
+               "scan": {"dtype": dtype, "precision": precision}, "flax": {"dtype": dtype, "precision": precision}}[name]
     return partial(IMPLEMENTATIONS[name], **options)
 
 

@@ -43,7 +43,7 @@ RESULT_KEYS = {"framework", "variant", "tier", "step", "config", "compile_s", "f
 def test_quick_run_writes_the_table_results_json_markdown_and_charts(tmp_path):
     out = tmp_path / "bench"
     proc = run_bench("--quick", "--no-progress", "--replicates", "2", "--variants",
-                     "torch:eager,torch:eager-defaults,torch:compile,jax:scan,jax:nofold,jax:jit,jax:cudnn",
+                     "torch:eager,torch:eager-defaults,torch:compile,jax:flax,jax:scan,jax:nofold,jax:jit,jax:cudnn",
                      "--out", str(out), timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     lines = proc.stdout.splitlines()
@@ -53,7 +53,8 @@ def test_quick_run_writes_the_table_results_json_markdown_and_charts(tmp_path):
     assert "jax:cudnn: skipped: cudnn LSTM needs a CUDA GPU; this backend is cpu" in proc.stdout
     # The tier sentences come first under the table, each with its interval.
     sentences = lines[lines.index("", header) + 1:]
-    assert sentences[0].startswith("Stock against stock: Flax nn.RNN (jax:scan) trains at ")
+    assert sentences[0].startswith("Stock against stock, torch:eager being PyTorch's nn.LSTM: Flax nn.RNN over Flax's "
+                                   "nn.OptimizedLSTMCell (jax:flax) trains at ")
     assert sentences[1].startswith("Best tuned JAX against stock PyTorch: jax:")
     assert sentences[2].startswith("The same algorithm as nn.LSTM, hand-tuned (jax:nofold), trains at ")
     assert all(" [" in x and "–" in x for x in sentences[:3])
@@ -71,7 +72,7 @@ def test_quick_run_writes_the_table_results_json_markdown_and_charts(tmp_path):
         "torch": "float32", "jax": "highest", "numpy": "float32"}
     rows = doc["results"]
     assert rows and all(RESULT_KEYS <= r.keys() for r in rows)
-    main_rows = [r for r in rows if r["variant"] in ("eager", "jit", "scan", "nofold")]
+    main_rows = [r for r in rows if r["variant"] in ("eager", "jit", "scan", "flax", "nofold")]
     assert main_rows and all(r["status"] == "ok" for r in main_rows), [r["error"] for r in main_rows]
     for r in main_rows:
         assert set(r["step_s"]) == {"median", "p25", "p75"}
@@ -82,13 +83,14 @@ def test_quick_run_writes_the_table_results_json_markdown_and_charts(tmp_path):
         assert [len(x) for x in r["round_s"]] == [5, 5]  # per replicate
     train = {r["variant"]: r for r in main_rows if r["step"] == "train"}
     # Provenance: the op torch.profiler saw, the implementation and the loops JAX's compiled step holds.
-    assert "aten::mkldnn_rnn_layer" in train["eager"]["provenance"]["kernels"] and train["eager"]["provenance"]["onednn"]
-    assert [train[v]["provenance"]["kernels"][0] for v in ("jit", "nofold", "scan")] == ["impl:fused", "impl:fused",
-                                                                                          "impl:scan"]
+    eager = train["eager"]["provenance"]
+    assert "aten::mkldnn_rnn_layer" in eager["kernels"] and eager["onednn"]
+    assert [train[v]["provenance"]["kernels"][0] for v in ("jit", "nofold", "scan", "flax")] == [
+        "impl:fused", "impl:fused", "impl:scan", "impl:flax"]
     assert train["jit"]["provenance"]["float_while_loops"] == 2  # the wavefront forward and backward
     assert all(r["fallback"] is None for r in train.values())
     # Every timed row has its own parity against torch:eager, within float32 rounding.
-    assert all(train[v]["parity"] <= 1e-5 and train[v]["parity_ok"] for v in ("jit", "nofold", "scan"))
+    assert all(train[v]["parity"] <= 1e-5 and train[v]["parity_ok"] for v in ("jit", "nofold", "scan", "flax"))
     # The training step in parts: each positive for torch, and the ratios per part.
     assert all(train["eager"]["parts"][p]["median"] > 0 for p in ("forward", "backward", "optimizer"))
     compile_row = next(r for r in rows if r["variant"] == "compile" and r["step"] == "train")
@@ -98,7 +100,7 @@ def test_quick_run_writes_the_table_results_json_markdown_and_charts(tmp_path):
     nofold = next(r for r in rows if r["variant"] == "nofold" and r["step"] == "train")
     assert nofold["executed_gflop_per_step"] == nofold["model_gflop_per_step"]
     compared = {(c["variant"], c["step"]) for c in doc["comparisons"] if c["step"] in ("train", "eval")}
-    assert compared == {(v, k) for v in ("torch:eager-defaults", "jax:scan", "jax:jit", "jax:nofold")
+    assert compared == {(v, k) for v in ("torch:eager-defaults", "jax:flax", "jax:scan", "jax:jit", "jax:nofold")
                         for k in ("train", "eval")}
     assert {c["step"] for c in doc["comparisons"] if c["variant"] == "jax:jit"} >= {"train", "eval", "forward",
                                                                                     "optimizer"}
@@ -135,6 +137,22 @@ def test_compare_with_a_missing_or_malformed_run_prints_one_line_and_exits_2(mak
     assert bench.main(["compare", str(bad), str(bad)]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: compare: ") and message in err and err.count("\n") == 1
+
+
+def test_out_holding_earlier_results_is_refused_unless_overwrite(tmp_path, capsys, monkeypatch):
+    (tmp_path / "results.json").write_text("{}", encoding="utf-8")
+    assert bench.main(["--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err == f"error: --out {tmp_path}: holds the results of an earlier run; choose another directory, or pass " \
+                  "--overwrite to replace them\n"
+    assert (tmp_path / "results.json").read_text(encoding="utf-8") == "{}"  # untouched
+    monkeypatch.setattr(bench, "speed_main", lambda ns, *rest: print(bench.output_dir(ns.out, ns.overwrite)) or 0)
+    assert bench.main(["--out", str(tmp_path), "--overwrite"]) == 0
+
+
+def test_coverage_needs_three_runs(tmp_path, capsys):
+    assert bench.main(["coverage", str(tmp_path), str(tmp_path)]) == 2
+    assert capsys.readouterr().err == "error: coverage: needs at least 3 runs, got 2\n"
 
 
 def test_a_missing_twin_is_named_and_skipped_by_default_but_refused_when_asked_for(monkeypatch, capsys):

