@@ -27,7 +27,8 @@ class Setup:
     phases: dict  # per step kind: compile_s, lower_s (JAX), first_step_s, peak_device_mb, peak_rss_mb
     record: dict  # the twin's run record (framework, versions, device, dtype, lstm_impl, numerics)
     provenance: dict | None = None  # what ran the LSTM: "kernels" (torch: profiler op names; JAX: "impl:NAME" and
-    # custom calls), library versions, the compiled step's loops (JAX), what Dynamo made of it (--torch-compile)
+    # custom calls), library versions, the compiled step's loops (JAX), what Dynamo made of it (--torch-compile), and
+    # the float rules in force: "precision" (the framework's matmul settings), "flush_denormal" (measured for torch)
 
 
 @dataclass

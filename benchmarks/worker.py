@@ -217,8 +217,9 @@ class Bench:
             self.steps(kind, msg["warmup"])
             out["phases"][kind] = {**phase, "peak_device_mb": self.side.peak_device_mb(),
                                    "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}  # KiB
-            if kind == "train":  # what ran the LSTM, read once it is warm
-                out["provenance"] = self.side.provenance(self, hlo)
+            if kind == "train":  # what ran the LSTM, read once it is warm, and the float rules it ran under
+                out["provenance"] = {**self.side.provenance(self, hlo), "precision": self.side.info()["precision"],
+                                     "flush_denormal": self.twin.record["flush_denormal"]}
                 if cfg.torch_compile and "dynamo:lstm" not in out["provenance"]["kernels"]:
                     return {**out, "not_applicable": out["provenance"]["dynamo"]["reason"]}
         return out

@@ -88,6 +88,9 @@ def test_quick_run_writes_the_table_results_json_markdown_and_charts(tmp_path):
     assert [train[v]["provenance"]["kernels"][0] for v in ("jit", "nofold", "scan", "flax")] == [
         "impl:fused", "impl:fused", "impl:scan", "impl:flax"]
     assert train["jit"]["provenance"]["float_while_loops"] == 2  # the wavefront forward and backward
+    # The float rules in force, per row: full float32 matmuls, denormals flushed on every torch thread.
+    assert eager["precision"]["float32_matmul_precision"] == "highest" and eager["flush_denormal"] is True
+    assert train["jit"]["provenance"]["precision"]["jax_impl_precision"] == "highest"
     assert all(r["fallback"] is None for r in train.values())
     # Every timed row has its own parity against torch:eager, within float32 rounding.
     assert all(train[v]["parity"] <= 1e-5 and train[v]["parity_ok"] for v in ("jit", "nofold", "scan", "flax"))
