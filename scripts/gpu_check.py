@@ -45,7 +45,10 @@ GRACE_S = 15.0  # between a stage's SIGINT and its SIGKILL
 NO_ACCELERATOR = 3  # scripts/preflight.py's exit status when JAX sees only the CPU
 # The files that hold the GPU tests: named, so that no other test module has to import on the GPU host.
 GPU_TEST_FILES = ("parity_tests/test_gpu.py", "jax_impl/tests/test_cudnn.py", "jax_impl/tests/test_train_step.py")
-SHORT_BENCH_S = 240.0  # a bench share below this runs 5 rounds and 10 parity steps (a GPU set-up takes about 30 s)
+SHORT_BENCH_S = 240.0  # a bench share below this is cut down to SHORT_BENCH (a GPU set-up takes about 30 s)
+# One worker per variant, the stock, tuned and vendor rows only, 5 rounds, 10 parity steps.
+SHORT_BENCH = ["--variants", "torch:eager,jax:flax,jax:jit,jax:cudnn", "--replicates", "1", "--rounds", "5",
+               "--parity-steps", "10"]
 
 
 @dataclass
@@ -132,7 +135,7 @@ def stages_for(mode: str, out: Path, full_parity: bool) -> list[Stage]:
 
     def bench(limit: float) -> list[str]:
         device = {"gpu": ["--device", "gpu"], "tpu": ["--device", "auto"], "rehearsal": ["--device", "cpu"]}[mode]
-        size = ["--quick"] if rehearsal else ["--rounds", "5", "--parity-steps", "10"] if limit < SHORT_BENCH_S else []
+        size = ["--quick"] if rehearsal else SHORT_BENCH if limit < SHORT_BENCH_S else []
         return [py, "benchmarks/bench.py", *device, *size, "--no-progress", "--timeout", f"{max(limit, 1):.0f}",
                 "--out", str(out / "bench")]
 

@@ -120,6 +120,7 @@ def test_the_bench_is_sized_to_its_share_and_runs_on_the_accelerator():
 
     short, full = bench("gpu", 200), bench("gpu", 300)
     assert short[short.index("--rounds") + 1] == "5" and short[short.index("--parity-steps") + 1] == "10"
+    assert short[short.index("--replicates") + 1] == "1" and "jax:cudnn" in short[short.index("--variants") + 1]
     assert "--rounds" not in full and full[full.index("--device") + 1] == "gpu"
     assert full[full.index("--timeout") + 1] == "300" and full[full.index("--out") + 1] == "/out/bench"
     assert bench("tpu", 300)[bench("tpu", 300).index("--device") + 1] == "auto"  # torch on the CPU, JAX on the TPU
