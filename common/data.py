@@ -12,6 +12,7 @@ from common.config import Config, config_from_namespace, field_names, make_parse
 from common.corpus import load_corpus
 from common.errors import DataError, cli_main
 from common.files import atomic_file
+from common.memory import check_fits
 from common.text import Vocab, build_vocab, choose_tokenizer, encode, tokenize
 
 SPLITS = ("train", "val", "test")
@@ -24,6 +25,7 @@ class CleanStats:
     duplicates: int
     conflicts: int  # distinct texts dropped because they occur with both labels
     kept: int  # = raw - empty - duplicates - conflicts
+    positive: int  # of the raw texts
 
 
 def clean(texts: Sequence[str], labels: Sequence[int]) -> tuple[list[str], np.ndarray, CleanStats]:
@@ -39,7 +41,8 @@ def clean(texts: Sequence[str], labels: Sequence[int]) -> tuple[list[str], np.nd
     kept = [t for t, found in seen.items() if len(found) == 1]
     out_labels = np.array([next(iter(seen[t])) for t in kept], dtype=np.int64)
     duplicates = len(texts) - empty - len(seen)
-    return kept, out_labels, CleanStats(len(texts), empty, duplicates, len(seen) - len(kept), len(kept))
+    return kept, out_labels, CleanStats(len(texts), empty, duplicates, len(seen) - len(kept), len(kept),
+                                        sum(map(int, labels)))
 
 
 def split_indices(n: int, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -79,7 +82,8 @@ def encode_texts(texts: Sequence[str], vocab: Vocab, tokenizer: str, seq_len: in
 
 
 def prepare_data(cfg: Config, vocab: Vocab | None = None, tokenizer: str | None = None) -> Dataset:
-    """Load, clean, split, fit the vocabulary on train (unless given, e.g. from a checkpoint) and encode."""
+    """Load, clean, split, fit the vocabulary on train (unless given, e.g. from a checkpoint) and encode; a run that
+    would not fit in memory is refused before the texts are encoded (:func:`common.memory.check_fits`)."""
     texts, labels, stats = clean(*load_corpus(cfg.data, cfg.pos, cfg.neg, cfg.text_column, cfg.label_column))
     if not texts:
         raise DataError("no texts left after cleaning (every text was empty, a duplicate or a conflict)")
@@ -89,6 +93,7 @@ def prepare_data(cfg: Config, vocab: Vocab | None = None, tokenizer: str | None 
         tokenizer = cfg.tokenizer if cfg.tokenizer != "auto" else choose_tokenizer(train_texts)
     if vocab is None:
         vocab = build_vocab(tokenize(train_texts, tokenizer), cfg.min_freq, cfg.max_vocab)
+    check_fits(cfg, len(vocab), len(texts))
 
     def make(idx: np.ndarray) -> EncodedSplit:
         part = [texts[i] for i in idx]
@@ -100,6 +105,13 @@ def prepare_data(cfg: Config, vocab: Vocab | None = None, tokenizer: str | None 
         raise DataError(f"the training split has {len(data.train)} examples, fewer than one batch of "
                         f"{cfg.batch_size}; use more data or a smaller --batch-size")
     return data
+
+
+def read_line(data: Dataset) -> str:
+    """What was read, by class, and kept: the first line a training run prints."""
+    s = data.stats
+    return (f"data: {s.raw} texts read ({s.positive} positive, {s.raw - s.positive} negative), {s.kept} kept after "
+            f"cleaning: train {len(data.train)}, val {len(data.val)}, test {len(data.test)}")
 
 
 def summary_lines(data: Dataset) -> list[str]:

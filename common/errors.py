@@ -22,7 +22,8 @@ class CheckpointError(UserError):
 
 
 def cli_main(main: Callable[..., int | None]) -> Callable[..., int]:
-    """Run ``main``; print a :class:`UserError` as ``error: ...`` on stderr and return 2 (Ctrl-C: 130)."""
+    """Run ``main``; print a :class:`UserError` as ``error: ...`` on stderr and return 2 (Ctrl-C: its message, and
+    130)."""
     @functools.wraps(main)
     def wrapped(*args, **kwargs) -> int:
         try:
@@ -30,8 +31,8 @@ def cli_main(main: Callable[..., int | None]) -> Callable[..., int]:
         except UserError as err:
             print(f"error: {err}", file=sys.stderr)
             return 2
-        except KeyboardInterrupt:
-            print("interrupted", file=sys.stderr)
+        except KeyboardInterrupt as err:  # the training loop's says where to resume (common.interrupts)
+            print(str(err) or "interrupted", file=sys.stderr)
             return 130
 
     return wrapped

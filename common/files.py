@@ -1,5 +1,5 @@
-"""File helpers both twins share: a writability check, atomic directory and file writes, JSON, and the checksum manifest
-of a training checkpoint (safetensors and Orbax's array data carry no checksum of their own)."""
+"""File helpers both twins share: writability and overwrite checks, atomic directory and file writes, JSON, and the
+checksum manifest of a checkpoint (safetensors and Orbax's array data carry no checksum of their own)."""
 import hashlib
 import json
 import os
@@ -25,6 +25,14 @@ def check_writable(directory: Path, what: str) -> None:
         tempfile.TemporaryFile(dir=parent).close()
     except OSError as err:
         raise ConfigError(f"{what} {directory}: cannot write there ({err.strerror})") from None
+
+
+def check_new_file(path: Path, what: str, overwrite: bool, hint: str = "") -> None:
+    """Refuse, in one line, an output file that is a directory, or that holds something and ``overwrite`` is off."""
+    if path.is_dir():
+        raise ConfigError(f"{what} {path}: is a directory")
+    if not overwrite and path.is_file() and path.stat().st_size:
+        raise ConfigError(f"{what} {path}: exists; pass --overwrite to replace it{hint}")
 
 
 def fsync(*paths: Path) -> None:
@@ -60,17 +68,25 @@ def atomic_dir(final: Path, what: str) -> Iterator[Path]:
     shutil.rmtree(old, ignore_errors=True)
 
 
-def atomic_file(path: Path, write: Callable[[Path], None]) -> None:
-    """``write(a temporary path beside path)``, fsync it, then rename it to ``path``: a failure or a kill leaves the
-    old ``path`` or the new one, never a half-written file (the temporary one is removed when ``write`` fails)."""
-    tmp = path.with_name(f"{path.name}.tmp")  # the manifest's own stays outside the manifest by its name
+def atomic_files(writes: dict[Path, Callable[[Path], None]]) -> None:
+    """Each ``write(a temporary path beside its path)``, fsynced, then all renamed into place: a failure in any leaves
+    every path as it was, never a half-written file (the temporary ones are removed)."""
+    tmps = {path: path.with_name(f"{path.name}.tmp") for path in writes}  # the manifest's own stays outside it by name
     try:
-        write(tmp)
-        fsync(tmp)
-        os.replace(tmp, path)
+        for path, write in writes.items():
+            write(tmps[path])
+            fsync(tmps[path])
+        for path, tmp in tmps.items():
+            os.replace(tmp, path)
     except BaseException:
-        tmp.unlink(missing_ok=True)
+        for tmp in tmps.values():
+            tmp.unlink(missing_ok=True)
         raise
+
+
+def atomic_file(path: Path, write: Callable[[Path], None]) -> None:
+    """:func:`atomic_files` of one file: a failure or a kill leaves the old ``path`` or the new one."""
+    atomic_files({path: write})
 
 
 def write_json(path: Path, obj: Any) -> None:

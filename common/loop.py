@@ -20,15 +20,16 @@ from typing import Any, Callable, Iterator, Protocol
 
 from tqdm import tqdm
 
+from common import interrupts
 from common.batches import Batch, batches, num_train_batches
-from common.checkpoint import load_checkpoint, save_checkpoint
+from common.checkpoint import check_save_dir, load_checkpoint, save_checkpoint
 from common.config import Config
-from common.data import Dataset, EncodedSplit, prepare_data
-from common.errors import UserError
-from common.files import check_writable
+from common.data import Dataset, EncodedSplit, prepare_data, read_line
+from common.errors import DataError, UserError
+from common.files import check_new_file, check_writable
 from common.metrics import MetricsLog, log_line
 from common.params import Params, init_params
-from common.runstate import Progress, checkpoint_root, load_latest, trajectory_settings
+from common.runstate import Progress, checkpoint_root, claim_run_dir, load_latest, trajectory_settings
 
 
 class NonFiniteError(UserError):
@@ -128,11 +129,16 @@ def train_steps(twin: Twin, state: Any, split: EncodedSplit, cfg: Config, start:
 
 def load_run(cfg: Config) -> tuple[Config, Dataset, Params]:
     """``(cfg, data, initial neutral params)``: from --init-from (its weights, vocabulary and tokenizer, and
-    its model settings in ``cfg``) or the shared seeded initialisation."""
-    if cfg.init_from:
-        ckpt = load_checkpoint(cfg.init_from, cfg)
-        return ckpt.config, prepare_data(ckpt.config, vocab=ckpt.vocab, tokenizer=ckpt.tokenizer), ckpt.params
-    data = prepare_data(cfg)
+    its model settings in ``cfg``) or the shared seeded initialisation. A training split of one class is refused."""
+    ckpt = load_checkpoint(cfg.init_from, cfg) if cfg.init_from else None
+    cfg = ckpt.config if ckpt else cfg
+    data = prepare_data(cfg, *((ckpt.vocab, ckpt.tokenizer) if ckpt else ()))
+    positive = int(data.train.labels.sum())
+    if positive in (0, len(data.train)):
+        raise DataError(f"the training split's {len(data.train)} texts are all {'positive' if positive else 'negative'}"
+                        f": a classifier needs both classes; check the labels (--label-column) or the files")
+    if ckpt:
+        return cfg, data, ckpt.params
     return cfg, data, init_params(len(data.vocab), cfg.embed_dim, cfg.hidden_dim, cfg.layers, seed=cfg.seed)
 
 
@@ -140,7 +146,10 @@ def evaluate(twin: Twin, state: Any, split: EncodedSplit, batch_size: int) -> tu
     """``(mean BCE, accuracy)`` over every example of ``split`` once (sums over examples, divided once)."""
     if not len(split):
         return math.nan, math.nan
-    sums = [twin.eval_step(state, batch) for batch in batches(split, batch_size)]  # dispatched, then read
+    sums = []
+    for batch in batches(split, batch_size):  # dispatched, then read
+        interrupts.check()
+        sums.append(twin.eval_step(state, batch))
     loss_sum, correct = twin.sum_over_processes(math.fsum(float(s) for s, _ in sums), sum(int(c) for _, c in sums))
     return loss_sum / len(split), correct / len(split)
 
@@ -148,21 +157,38 @@ def evaluate(twin: Twin, state: Any, split: EncodedSplit, batch_size: int) -> tu
 def train(cfg: Config, make_twin: Callable[[Config, int], Twin]) -> dict[str, Any]:
     """Train as the seed does (see common.config for every knob). ``make_twin(cfg, vocab_size)`` builds the
     framework's side once the data is known. Returns the run's result: test_loss, test_accuracy, val_loss,
-    val_accuracy, best_val_loss, steps, skipped_steps, train_seconds, and the twin's record."""
+    val_accuracy, best_val_loss, steps, skipped_steps, train_seconds, and the twin's record. Ctrl-C ends it with a
+    ``KeyboardInterrupt`` saying the step and where to resume (:mod:`common.interrupts`), never inside a save."""
+    with interrupts.handled():
+        return _train(cfg, make_twin)
+
+
+def _train(cfg: Config, make_twin: Callable[[Config, int], Twin]) -> dict[str, Any]:
+    step, resumable = None, cfg.resume  # resumable: where the newest complete training checkpoint is
+    interrupts.describe = lambda: (f"interrupted {'before training' if step is None else f'at step {step}'}; " + (
+        f"resume with --resume {resumable}" if resumable else "no training checkpoint to resume from"))
     cfg, data, params = load_run(cfg)
     twin = make_twin(cfg, len(data.vocab))
     is_main = twin.is_main
+    if is_main:
+        print(read_line(data))
     if cfg.save_dir and is_main:
         check_writable(Path(cfg.save_dir), "--save-dir")
+        check_save_dir(cfg.save_dir, cfg, data.vocab, cfg.overwrite)
+    if cfg.metrics_out and is_main and not cfg.resume:
+        check_new_file(Path(cfg.metrics_out), "--metrics-out", cfg.overwrite, ", or --resume the run that wrote it")
     run_dir = checkpoint_root(cfg, f"{twin.record['framework']}_impl") if cfg.checkpoint_every else None
     if run_dir is not None and is_main:
         check_writable(run_dir, "training checkpoints:")
+        claim_run_dir(run_dir, cfg)
 
     state, carry = twin.init_state(params), None
     progress = Progress(step=0, epoch=0, batch=0)
     if cfg.resume:
-        progress, (state, carry), path = load_latest(
-            cfg.resume, lambda p: twin.restore_state(p, state, twin.init_carry()), cfg=cfg)
+        with interrupts.deferred():  # Orbax reads in threads of its own
+            progress, (state, carry), path = load_latest(
+                cfg.resume, lambda p: twin.restore_state(p, state, twin.init_carry()), cfg=cfg,
+                vocab_size=len(data.vocab), framework=twin.record["framework"])
         if is_main:
             print(f"resumed from {path} (step {progress.step}, epoch {progress.epoch + 1}, batch {progress.batch})",
                   file=sys.stderr)
@@ -172,9 +198,11 @@ def train(cfg: Config, make_twin: Callable[[Config, int], Twin]) -> dict[str, An
     per_epoch = num_train_batches(len(data.train), cfg.batch_size)
     total = min(cfg.epochs * per_epoch, cfg.max_steps or math.inf)
     step, skipped, best_val_loss, last_val = progress.step, progress.skipped, progress.best_val_loss, progress.last_val
-    settings = trajectory_settings(cfg)
+    settings = trajectory_settings(cfg, len(data.vocab))
     train_seconds = 0.0
-    metrics = MetricsLog(cfg.metrics_out if is_main else None, truncate_after=progress.step if cfg.resume else None)
+    with interrupts.deferred():  # a resumed run rewrites the file's kept records
+        metrics = MetricsLog(cfg.metrics_out if is_main else None,
+                             truncate_after=progress.step if cfg.resume else None)
     if not cfg.resume:
         metrics.write(step=0, run=twin.record)
 
@@ -190,14 +218,16 @@ def train(cfg: Config, make_twin: Callable[[Config, int], Twin]) -> dict[str, An
         if cfg.save_dir and (best_val_loss is None or last_val["loss"] < best_val_loss):
             best_val_loss = last_val["loss"]
             if is_main:
-                save_checkpoint(cfg.save_dir, twin.export_params(state), cfg, data.vocab, data.tokenizer,
-                                meta={**twin.record, "step": step, "epoch": epoch + 1, "val_loss": last_val["loss"],
-                                      "val_accuracy": last_val["accuracy"]})
+                with interrupts.deferred():
+                    save_checkpoint(cfg.save_dir, twin.export_params(state), cfg, data.vocab, data.tokenizer,
+                                    meta={**twin.record, "step": step, "epoch": epoch + 1,
+                                          "val_loss": last_val["loss"], "val_accuracy": last_val["accuracy"]})
 
     steps = train_steps(twin, state, data.train, cfg, progress, carry, epochs=cfg.epochs)
     with metrics, tqdm(total=total, initial=step, disable=not (cfg.progress and is_main), desc="train", unit="step",
                        dynamic_ncols=True) as bar:
         for s in itertools.islice(steps, max(0, total - step)):
+            interrupts.check()
             step, state, carry, loss = s.number, s.state, s.carry, s.loss
             train_seconds += s.seconds
             finite = math.isfinite(loss)
@@ -224,8 +254,10 @@ def train(cfg: Config, make_twin: Callable[[Config, int], Twin]) -> dict[str, An
                 keep_if_best(s.epoch)
             if run_dir is not None and (step % cfg.checkpoint_every == 0 or s.epoch_end or stop):
                 where = (s.epoch + 1, 0) if s.epoch_end else (s.epoch, s.index + 1)
-                twin.save_state(run_dir, Progress(step, *where, skipped, best_val_loss, settings, last_val),
-                                state, carry, cfg.keep_checkpoints)
+                with interrupts.deferred():
+                    twin.save_state(run_dir, Progress(step, *where, skipped, best_val_loss, settings, last_val),
+                                    state, carry, cfg.keep_checkpoints)
+                    resumable = run_dir
         if last_val is None or last_val["step"] != step:  # e.g. a run of no steps
             validate()
         if cfg.save_dir and best_val_loss is not None:

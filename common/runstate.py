@@ -3,9 +3,10 @@
     RUN_DIR/step_00000100/   one complete training checkpoint per step, written by the twin
     RUN_DIR/step_00000200/   (JAX: an Orbax CheckpointManager step; PyTorch: torch_impl.state.write_checkpoint)
 
-The progress record, the resume's settings check and the fallback past a damaged checkpoint.
+The progress record, the resume's check of the twin and the settings, and the fallback past a damaged checkpoint.
 """
 import os
+import shutil
 import sys
 import time
 from dataclasses import dataclass
@@ -14,12 +15,16 @@ from typing import Any, Callable
 
 from common.config import field_names, flag
 from common.errors import CheckpointError, ConfigError
-from common.files import read_json
+from common.files import CHECKSUM_FILE, read_json, verify_manifest
 
 PREFIX = "step_"  # Orbax's step-name format with prefix "step" and 8 digits: step_00000100
 DIGITS = 8
 OLD_PREFIX = "step-"  # the layout before Orbax managed the JAX steps; neither twin reads it
 PROGRESS_FILE = "progress.json"
+# Where each twin's step directories keep the Progress record (JAX's: an Orbax JSON item): it names the writer.
+PROGRESS_FILES = {"torch": Path(PROGRESS_FILE), "jax": Path("progress", "metadata")}
+VOCAB_SIZE = "vocab_size"  # in Progress.settings beside the Config fields
+TWINS = {"torch": "PyTorch twin (python -m torch_impl.train)", "jax": "JAX twin (python -m jax_impl.train)"}
 
 
 @dataclass(frozen=True)
@@ -33,7 +38,7 @@ class Progress:
     batch: int
     skipped: int = 0
     best_val_loss: float | None = None
-    settings: dict | None = None  # trajectory_settings(cfg) of the run that wrote it
+    settings: dict | None = None  # trajectory_settings(cfg, vocab_size) of the run that wrote it
     last_val: dict | None = None
 
     @classmethod
@@ -44,9 +49,11 @@ class Progress:
             raise CheckpointError(f"{where}: corrupt ({err})") from None
 
 
-def trajectory_settings(cfg) -> dict:
-    """The Config fields that decide the training trajectory (what a resume must not change)."""
-    return {name: getattr(cfg, name) for name in field_names(resumable=False)}
+def trajectory_settings(cfg, vocab_size: int | None = None) -> dict:
+    """The Config fields that decide the training trajectory (what a resume must not change), and the size of the
+    vocabulary the data gave (a resume whose data gives another has another model)."""
+    return {name: getattr(cfg, name) for name in field_names(resumable=False)} | (
+        {VOCAB_SIZE: vocab_size} if vocab_size is not None else {})
 
 
 def step_dir(root: str | Path, step: int) -> Path:
@@ -66,14 +73,53 @@ def checkpoint_root(cfg, twin: str) -> Path:
     return Path(cfg.checkpoint_dir or cfg.resume or f"runs/{twin}-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}")
 
 
-def read_progress(path: Path) -> Progress:
-    return Progress.from_dict(read_json(path / PROGRESS_FILE), path / PROGRESS_FILE)
+def read_progress(path: Path, framework: str = "torch") -> Progress:
+    return Progress.from_dict(read_json(path / PROGRESS_FILES[framework]), path / PROGRESS_FILES[framework])
 
 
-def load_latest(root: str | Path, load: Callable[[Path], tuple[Progress, Any]], cfg=None) -> tuple[Progress, Any, Path]:
+def claim_run_dir(root: Path, cfg) -> None:
+    """A new run (no --resume) writing its training checkpoints into ``root``: refuse one holding another run's,
+    unless --overwrite, which removes them (kept, they would count as the newest of this run's)."""
+    if cfg.resume or not checkpoint_dirs(root):
+        return
+    if not cfg.overwrite:
+        raise ConfigError(f"training checkpoints: {root} holds another run's ({PREFIX}*); continue it with --resume "
+                          f"{root}, or pass --overwrite to replace them")
+    for _, old in checkpoint_dirs(root):
+        shutil.rmtree(old)
+
+
+def _setting(name: str, value: Any) -> str:
+    return f"a vocabulary of {value}" if name == VOCAB_SIZE else f"--{flag(name)} {value!r}"
+
+
+def check_same_run(path: Path, settings: dict, framework: str | None, root: Path) -> None:
+    """Refuse (:class:`ConfigError`, in one line) to resume from the step directory ``path`` a run of the other twin,
+    or one trained with other trajectory ``settings`` (each differing one named), reading its progress record only.
+    A record that is missing or damaged is a :class:`CheckpointError`."""
+    writer = next((twin for twin, file in PROGRESS_FILES.items() if (path / file).is_file()), None)
+    if writer is None:
+        raise CheckpointError(f"{path}: no progress record (a checkpoint not written to the end)")
+    if framework and writer != framework:
+        raise ConfigError(f"--resume {root}: the run was written by the {TWINS[writer]}, whose training checkpoints "
+                          f"the {TWINS[framework]} does not read; resume it with that twin")
+    saved = read_progress(path, writer).settings or {}
+    differ = [f"{_setting(name, then)}, not {settings[name]!r}" for name, then in saved.items()
+              if name in settings and settings[name] != then]
+    if differ:
+        if (path / CHECKSUM_FILE).exists():
+            verify_manifest(path)  # settings read from a damaged record are no one's: fall back past it
+        raise ConfigError(f"--resume {root}: the run was trained with {'; '.join(differ)}. Resume with the same "
+                          f"settings and data")
+
+
+def load_latest(root: str | Path, load: Callable[[Path], tuple[Progress, Any]], cfg=None,
+                vocab_size: int | None = None, framework: str | None = None) -> tuple[Progress, Any, Path]:
     """The newest checkpoint under ``root`` that loads: ``(progress, state, dir)`` from ``load(dir)``. One that
-    fails (``CheckpointError``) is reported on stderr and the previous one tried; with ``cfg``, one written with
-    other trajectory settings is refused by name (a :class:`ConfigError`: no fallback)."""
+    fails (``CheckpointError``: a file missing, or not matching its checksum) is reported on stderr and the previous
+    one tried; with ``cfg``, :func:`check_same_run` refuses, before ``load``, a checkpoint of other trajectory
+    settings (``vocab_size`` among them), or of the twin other than ``framework`` (a :class:`ConfigError`: no
+    fallback)."""
     root = Path(root)
     candidates = checkpoint_dirs(root)
     if not candidates:
@@ -84,14 +130,11 @@ def load_latest(root: str | Path, load: Callable[[Path], tuple[Progress, Any]], 
         raise CheckpointError(f"--resume {root}: no training checkpoint ({PREFIX}*) found there")
     for _, path in reversed(candidates):
         try:
+            if cfg is not None:
+                check_same_run(path, trajectory_settings(cfg, vocab_size), framework, root)
             progress, state = load(path)
         except CheckpointError as err:
             print(f"warning: {err}; falling back to the previous checkpoint", file=sys.stderr)
             continue
-        now = trajectory_settings(cfg) if cfg is not None else None
-        for name, then in (progress.settings or {}).items() if now is not None else ():
-            if now.get(name) != then:
-                raise ConfigError(f"--resume {root}: the run was trained with --{flag(name)} "
-                                  f"{then!r}, not {now.get(name)!r}; resume with the same settings")
         return progress, state, path
     raise CheckpointError(f"--resume {root}: every training checkpoint there is damaged")

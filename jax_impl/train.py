@@ -7,7 +7,6 @@ lines over the pure, jitted steps of :mod:`jax_impl.step`, where the seed's ``h.
 only where arrays are placed changes (:mod:`jax_impl.distributed`).
 """
 import math
-import sys
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -18,6 +17,7 @@ import jax
 from common import loop
 from common.config import Config, parse_config
 from common.errors import ConfigError, cli_main
+from common.interrupts import exit_process
 from common.params import Params
 from common.runstate import Progress
 from jax_impl import xla_env
@@ -144,4 +144,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_process(main())

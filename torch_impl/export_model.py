@@ -1,6 +1,8 @@
 """``python -m torch_impl.export_model DIR --state-dict out.pt --vocab out.json``: a neutral checkpoint as the classic
 script's two files: a ``state_dict`` its ``SentimentRNN(vocab_size, 1, E, H, L)`` loads with
 ``load_state_dict(torch.load(path, weights_only=True))``, and the ``vocab_to_int`` its ``predict`` looks words up in.
+Both paths are checked before anything is written (an existing file is replaced only with ``--overwrite``), both files
+are written under temporary names beside their targets, and renamed only once both are written.
 """
 import sys
 from pathlib import Path
@@ -10,17 +12,28 @@ import torch
 
 from common.checkpoint import load_checkpoint
 from common.config import Parser
-from common.errors import CheckpointError, cli_main
-from common.files import atomic_file, write_json
+from common.errors import CheckpointError, ConfigError, cli_main
+from common.files import atomic_files, check_new_file, write_json
 from common.params import shapes_for
 
 
-def write_atomically(path: Path, write: Callable[[Path], None]) -> None:
-    """:func:`common.files.atomic_file`, its failure one line: a failed export leaves no half-written file."""
+def check_outputs(outputs: dict[str, Path], overwrite: bool) -> None:
+    """Refuse, before anything is written, two flags naming one file, a missing directory or an existing file."""
+    if len({path.resolve() for path in outputs.values()}) < len(outputs):
+        raise ConfigError(f"{' and '.join(outputs)} name the same file; give each its own")
+    for what, path in outputs.items():
+        check_new_file(path, what, overwrite)
+        if not path.parent.is_dir():
+            raise ConfigError(f"{what} {path}: no such directory {path.parent}")
+
+
+def write_all(writes: dict[Path, Callable[[Path], None]]) -> None:
+    """:func:`common.files.atomic_files`, its failure one line: a failed export leaves none of its files."""
     try:
-        atomic_file(path, write)
-    except OSError as err:
-        raise CheckpointError(f"{path}: cannot write ({err.strerror})") from None
+        atomic_files(writes)
+    except (OSError, RuntimeError) as err:  # torch.save's writer raises RuntimeError
+        why = getattr(err, "strerror", None) or (str(err).splitlines() or [""])[0]
+        raise CheckpointError(f"{' and '.join(map(str, writes))}: cannot write ({why})") from None
 
 
 @cli_main
@@ -30,15 +43,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("checkpoint", type=Path, help="neutral checkpoint directory")
     parser.add_argument("--state-dict", required=True, type=Path, help="where to torch.save the state_dict")
     parser.add_argument("--vocab", required=True, type=Path, help="where to json.dump the vocab_to_int")
+    parser.add_argument("--overwrite", action="store_true", help="replace --state-dict and --vocab files that exist")
     args = parser.parse_args(argv)
+    check_outputs({"--state-dict": args.state_dict, "--vocab": args.vocab}, args.overwrite)
     ckpt = load_checkpoint(args.checkpoint)
     if ckpt.config.padding != "left":
         raise CheckpointError(f"{args.checkpoint}: trained with --padding right, but the script left-pads: it would "
                               f"not compute this model")
     # In SentimentRNN.state_dict()'s order; the names already are the script's.
     state = {name: torch.from_numpy(ckpt.params[name]) for name in shapes_for(ckpt.config, len(ckpt.vocab))}
-    write_atomically(args.state_dict, lambda tmp: torch.save(state, tmp))
-    write_atomically(args.vocab, lambda tmp: write_json(tmp, ckpt.vocab.word_ids()))
+    write_all({args.state_dict: lambda tmp: torch.save(state, tmp),
+               args.vocab: lambda tmp: write_json(tmp, ckpt.vocab.word_ids())})
     cfg = ckpt.config
     print(f"{args.state_dict}: SentimentRNN({len(ckpt.vocab)}, 1, {cfg.embed_dim}, {cfg.hidden_dim}, {cfg.layers}); "
           f"{args.vocab}: {len(ckpt.vocab) - 1} words; seq_len {cfg.seq_len}, tokenizer {ckpt.tokenizer}"

@@ -3,7 +3,8 @@
 
 The script saves ``torch.save(net.state_dict(), path)`` and its ``vocab_to_int`` (word → id from 1, 0 the padding,
 no unknown token). The sizes come from the tensors' shapes, the vocabulary keeps the script's ids (so the embedding
-is the script's, row for row), and a word the script never saw is skipped (``predict --json`` counts it).
+is the script's, row for row), and a word the script never saw is skipped (``predict --json`` counts it). The
+``module.`` prefix a model wrapped in ``nn.DataParallel`` (or DDP) saves its names with is stripped, and said so.
 """
 import itertools
 import pickle
@@ -44,6 +45,16 @@ def read_state_dict(path: Path) -> Params:
     return {name: tensor.detach().to(torch.float32).numpy() for name, tensor in state.items()}
 
 
+WRAPPER_PREFIX = "module."  # nn.DataParallel's and DistributedDataParallel's
+
+
+def strip_wrapper_prefix(params: Params) -> tuple[Params, bool]:
+    """``params`` without the prefix when every name has it, and whether it did."""
+    if not params or not all(name.startswith(WRAPPER_PREFIX) for name in params):
+        return params, False
+    return {name.removeprefix(WRAPPER_PREFIX): value for name, value in params.items()}, True
+
+
 def model_dims(params: Params, where: str) -> tuple[int, int, int, int]:
     """``(rows V, embed E, hidden H, layers L)`` from the shapes: embedding.weight (V, E), lstm.weight_hh_l0 (4H, H),
     one lstm.weight_ih_l{k} per layer. The other tensors are checked against these by ``validate_params``."""
@@ -73,7 +84,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.out.exists() and not (args.out.is_dir() and not any(args.out.iterdir())):
         raise CheckpointError(f"--out {args.out}: exists and is not an empty directory; name a new one")
 
-    params = read_state_dict(args.state_dict)
+    params, stripped = strip_wrapper_prefix(read_state_dict(args.state_dict))
     rows, embed, hidden, layers = model_dims(params, str(args.state_dict))
     cfg = Config(tokenizer=args.tokenizer, seq_len=args.seq_len, embed_dim=embed, hidden_dim=hidden, layers=layers)
     validate_params(params, cfg, rows, where=str(args.state_dict))
@@ -85,7 +96,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     save_checkpoint(args.out, params, cfg, vocab, args.tokenizer,
                     meta={"imported_from": {"state_dict": str(args.state_dict), "vocab": str(args.vocab)}})
     print(f"{args.out}: vocab {rows} (<pad> and {rows - 1} words; unknown words are skipped), embed {embed}, "
-          f"hidden {hidden}, layers {layers}, seq_len {args.seq_len}, tokenizer {args.tokenizer}")
+          f"hidden {hidden}, layers {layers}, seq_len {args.seq_len}, tokenizer {args.tokenizer}"
+          + (f"; the names' {WRAPPER_PREFIX!r} prefix (saved by nn.DataParallel) was stripped" if stripped else ""))
     return 0
 
 

@@ -20,7 +20,7 @@ from typing import Callable
 import torch
 from torch import nn
 
-from common.errors import CheckpointError, UserError
+from common.errors import CheckpointError, ConfigError, UserError
 from common.files import CHECKSUM_FILE, atomic_dir, read_json, verify_manifest, write_json, write_manifest
 from common.runstate import PREFIX, PROGRESS_FILE, Progress, checkpoint_dirs, read_progress, step_dir
 
@@ -105,7 +105,8 @@ def restore_training_state(content: dict[str, Tensors], model: nn.Module, optimi
     params, model_state = content[MODEL_FILE], model.state_dict()
     for name in params.keys() | model_state.keys():
         if name not in params or name not in model_state or params[name].shape != model_state[name].shape:
-            raise CheckpointError(f"{MODEL_FILE}: tensor {name!r} does not fit the model")
+            raise ConfigError(f"{MODEL_FILE}: tensor {name!r} does not fit this run's model: the data gives another "
+                              f"vocabulary than the run had; resume with the run's data")
     model.load_state_dict(params)  # copies into each parameter, in its dtype
     names = {id(p): name for name, p in model.named_parameters()}
     adam, saved = content[OPTIMIZER_FILE], optimizer.state_dict()

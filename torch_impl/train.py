@@ -8,7 +8,6 @@ every batch (``repackage_hidden``), then BCELoss on the sigmoid output, gradient
 Several devices: ``torchrun --nproc_per_node N -m torch_impl.train ...`` trains the same global batches with
 DistributedDataParallel, each process on its slice of every batch (:mod:`torch_impl.distributed`).
 """
-import sys
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -20,6 +19,7 @@ from common import loop
 from common.batches import Batch
 from common.config import Config, parse_config
 from common.errors import ConfigError, cli_main
+from common.interrupts import exit_process
 from common.params import Params
 from common.runstate import Progress
 from torch_impl.distributed import (World, check_config, dropout_seed, join_process_group, leave_process_group,
@@ -166,4 +166,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_process(main())

@@ -8,9 +8,10 @@ import numpy as np
 import pytest
 from safetensors.numpy import load_file, save_file
 
-from common.checkpoint import CONFIG_FILE, VOCAB_FILE, WEIGHTS_FILE, load_checkpoint, save_checkpoint
+from common.checkpoint import CONFIG_FILE, VOCAB_FILE, WEIGHTS_FILE, check_save_dir, load_checkpoint, save_checkpoint
 from common.config import MODEL_FIELDS, Config
-from common.errors import CheckpointError
+from common.errors import CheckpointError, ConfigError
+from common.files import CHECKSUM_FILE
 from common.params import init_params
 from common.text import Vocab
 
@@ -53,8 +54,10 @@ def test_round_trip_is_bitwise(ckpt):
     assert {n: getattr(loaded.config, n) for n in MODEL_FIELDS} == {n: getattr(CFG, n) for n in MODEL_FIELDS}
 
 
-def test_checkpoint_directory_holds_exactly_the_three_files(ckpt):
-    assert sorted(p.name for p in ckpt.iterdir()) == sorted([CONFIG_FILE, VOCAB_FILE, WEIGHTS_FILE])
+def test_checkpoint_directory_holds_exactly_the_three_files_and_their_checksums(ckpt):
+    assert sorted(p.name for p in ckpt.iterdir()) == sorted([CONFIG_FILE, VOCAB_FILE, WEIGHTS_FILE, CHECKSUM_FILE])
+    listed = [line.split("  ")[2] for line in (ckpt / CHECKSUM_FILE).read_text(encoding="utf-8").splitlines()]
+    assert listed == sorted([CONFIG_FILE, VOCAB_FILE, WEIGHTS_FILE])
     assert json.loads((ckpt / VOCAB_FILE).read_text(encoding="utf-8")) == list(VOCAB.tokens)
 
 
@@ -244,3 +247,54 @@ def test_asking_for_the_checkpoints_resolved_tokenizer_is_accepted(tmp_path):
     # Trained with --tokenizer auto (resolved to char): asking for char is asking for what it has.
     ckpt = save_checkpoint(tmp_path / "ckpt", _params(), CFG.replace(tokenizer="auto"), VOCAB, "char")
     assert load_checkpoint(ckpt, Config(tokenizer="char")).tokenizer == "char"
+
+
+# ---------------------------------------------------------------- checksums
+
+
+def _flip_a_weight_byte(ckpt: Path) -> None:
+    """Flip the lowest bit of the first number in model.safetensors' data region: the file still parses, every
+    tensor keeps its name, shape and dtype, and one value changes in its last place."""
+    weights = ckpt / WEIGHTS_FILE
+    data = bytearray(weights.read_bytes())
+    start = 8 + int.from_bytes(data[:8], "little")  # after the header's length and the JSON header
+    data[start] ^= 0x01
+    weights.write_bytes(bytes(data))
+
+
+def test_a_flipped_byte_in_the_weights_is_refused_as_damage(ckpt):
+    _flip_a_weight_byte(ckpt)
+    with pytest.raises(CheckpointError, match=r"model\.safetensors: contents differ from when it was written"):
+        load_checkpoint(ckpt)
+
+
+def test_a_checkpoint_without_checksums_loads_and_says_so_once(ckpt, capsys):
+    (ckpt / CHECKSUM_FILE).unlink()  # as every checkpoint written before they had them
+    assert load_checkpoint(ckpt).vocab == VOCAB
+    assert capsys.readouterr().err == (f"warning: {ckpt}: no {CHECKSUM_FILE} (written before checkpoints had one), "
+                                       f"so its files are not verified\n")
+
+
+# ---------------------------------------------------------------- --save-dir: another run's checkpoint
+
+
+def test_save_dir_holding_this_models_checkpoint_is_accepted(ckpt):
+    check_save_dir(ckpt, CFG, VOCAB, overwrite=False)  # a resumed run, or the same command again
+
+
+@pytest.mark.parametrize("cfg, vocab, held", [
+    (CFG.replace(hidden_dim=5), VOCAB, "a checkpoint with hidden_dim=3"),
+    (CFG, Vocab(("<pad>", "<unk>", "好", "a", "c")), "a checkpoint with another vocabulary"),
+])
+def test_save_dir_holding_another_runs_checkpoint_is_refused_unless_overwrite(ckpt, cfg, vocab, held):
+    with pytest.raises(ConfigError, match=rf"^--save-dir {ckpt}: holds {held}, not this run's, and saving replaces "
+                                          rf"it; name another directory, or pass --overwrite$"):
+        check_save_dir(ckpt, cfg, vocab, overwrite=False)
+    check_save_dir(ckpt, cfg, vocab, overwrite=True)
+
+
+def test_save_dir_holding_other_files_is_refused(tmp_path):
+    (tmp_path / "notes.txt").write_text("mine", encoding="utf-8")
+    with pytest.raises(ConfigError, match="holds files that are not a neutral checkpoint"):
+        check_save_dir(tmp_path, CFG, VOCAB, overwrite=False)
+    check_save_dir(tmp_path / "new", CFG, VOCAB, overwrite=False)  # a directory to be made is fine

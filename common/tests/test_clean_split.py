@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from common.config import Config
-from common.data import clean, prepare_data, split_indices
+from common.data import clean, prepare_data, read_line, split_indices
 from common.errors import DataError
 from common.text import UNK_ID, tokenize
 
@@ -117,3 +117,18 @@ def test_corpus_of_only_empty_texts_is_a_clear_error(tmp_path):
     (tmp_path / "n.txt").write_text("x\n", encoding="utf-8")  # 'x' has both labels: a conflict
     with pytest.raises(DataError, match="no texts left after cleaning"):
         prepare_data(Config(pos=str(tmp_path / "p.txt"), neg=str(tmp_path / "n.txt"), batch_size=1))
+
+
+def test_a_training_split_of_one_class_is_refused(table_file, tmp_path):
+    from common.loop import load_run
+
+    path = table_file(tmp_path / "all-positive.csv", [(f"w{i} nice", "1") for i in range(30)])
+    with pytest.raises(DataError, match=r"^the training split's 24 texts are all positive: a classifier needs both "
+                                        r"classes; check the labels \(--label-column\) or the files$"):
+        load_run(Config(data=str(path), batch_size=4))
+
+
+def test_the_run_line_says_how_many_texts_of_each_class_were_read_and_kept(corpus_csv):
+    data = prepare_data(Config(data=str(corpus_csv(20)), batch_size=1))
+    assert read_line(data) == ("data: 20 texts read (10 positive, 10 negative), 20 kept after cleaning: train 16, "
+                               "val 2, test 2")

@@ -72,6 +72,7 @@ def test_config_is_frozen_and_replace_validates():
     (["--clip", "-1"], "--clip must be >= 0"),
     (["--max-vocab", "2"], "--max-vocab must be 0 or >= 3"),
     (["--pos", "p.txt"], "--pos and --neg go together"),
+    (["--data", "x.csv", "--pos", "p.txt", "--neg", "n.txt"], "--data x.csv and --pos/--neg name two corpora"),
     (["--tbptt", "5", "--padding", "right"], "--tbptt and --padding right do not combine"),
     (["--tokenizer", "bpe"], "invalid choice: 'bpe'"),
     (["--bogus", "1"], "unrecognized arguments: --bogus"),
@@ -109,3 +110,11 @@ def test_to_argv_rebuilds_the_config():
     assert parse_config(argv, "t", "t") == cfg
     assert "--no-detach" in argv and "--embed-dim" not in argv  # defaults are left out
     assert "--hidden-dim" not in to_argv(cfg, exclude=["hidden_dim"])
+
+
+def test_overwrite_is_a_files_flag_that_a_resume_neither_stores_nor_compares():
+    from common.config import field_names
+    from common.runstate import trajectory_settings
+
+    assert _parse("--overwrite").overwrite is True and Config().overwrite is False
+    assert "overwrite" in field_names("files") and "overwrite" not in trajectory_settings(Config())

@@ -7,8 +7,10 @@ from dataclasses import asdict
 
 import pytest
 
-from common.errors import CheckpointError
-from common.runstate import PROGRESS_FILE, Progress, load_latest, read_progress, step_dir
+from common.config import Config
+from common.errors import CheckpointError, ConfigError
+from common.files import write_manifest
+from common.runstate import PROGRESS_FILE, Progress, load_latest, read_progress, step_dir, trajectory_settings
 
 
 def _write_step(root, progress: Progress, write_state):
@@ -99,3 +101,50 @@ def test_a_directory_of_the_earlier_layout_is_refused_in_one_line_saying_why(tmp
     (tmp_path / "step-00000004").mkdir()
     with pytest.raises(CheckpointError, match=r"step-NNNNNNNN\) were written by an earlier version"):
         load_latest(tmp_path, _load)
+
+
+def _settings_step(root, cfg, step=2, vocab_size=None, progress_file=PROGRESS_FILE):
+    """A step directory whose progress record (at ``progress_file``, the twin's layout) holds ``cfg``'s settings,
+    with its checksums."""
+    directory = step_dir(root, step)
+    (directory / progress_file).parent.mkdir(parents=True, exist_ok=True)
+    progress = Progress(step=step, epoch=0, batch=step, settings=trajectory_settings(cfg, vocab_size))
+    (directory / progress_file).write_text(json.dumps(asdict(progress)), encoding="utf-8")
+    return write_manifest(directory)
+
+
+def _never_read(path):
+    raise AssertionError(f"{path}: the state was read")
+
+
+def test_resume_names_every_setting_that_differs_before_reading_any_state(tmp_path):
+    _settings_step(tmp_path, Config(hidden_dim=8), vocab_size=60)
+    with pytest.raises(ConfigError, match=rf"^--resume {tmp_path}: the run was trained with --hidden-dim 8, not 16; "
+                                          r"--lr 0.001, not 0.01; a vocabulary of 60, not 62. Resume with the same "
+                                          r"settings and data$"):
+        load_latest(tmp_path, _never_read, cfg=Config(hidden_dim=16, lr=0.01), vocab_size=62, framework="torch")
+
+
+def test_resume_of_the_other_twins_run_is_refused_naming_the_twin(tmp_path):
+    _settings_step(tmp_path, Config(), progress_file="progress/metadata")  # an Orbax JSON item: the JAX twin's
+    with pytest.raises(ConfigError, match=r"the run was written by the JAX twin \(python -m jax_impl.train\), whose "
+                                          r"training checkpoints the PyTorch twin .* does not read"):
+        load_latest(tmp_path, _never_read, cfg=Config(), framework="torch")
+
+
+def test_a_damaged_record_is_fallen_back_past_not_taken_for_other_settings(tmp_path, capsys):
+    cfg = Config(hidden_dim=8)
+    _settings_step(tmp_path, cfg, step=1)
+    newest = _settings_step(tmp_path, cfg, step=2) / PROGRESS_FILE
+    newest.write_text(newest.read_text(encoding="utf-8").replace('"hidden_dim": 8', '"hidden_dim": 9'),
+                      encoding="utf-8")  # same size, one digit flipped: still valid JSON
+    progress, state, _ = load_latest(tmp_path, lambda p: (read_progress(p), "state"), cfg=cfg)
+    assert (progress.step, state) == (1, "state")
+    assert "progress.json: contents differ from when it was written (damaged); falling back" in capsys.readouterr().err
+
+
+def test_a_step_without_a_progress_record_is_fallen_back_past(tmp_path, capsys):
+    _settings_step(tmp_path, Config(), step=1)
+    step_dir(tmp_path, 2).mkdir()
+    assert load_latest(tmp_path, lambda p: (read_progress(p), "state"), cfg=Config())[0].step == 1
+    assert "step_00000002: no progress record" in capsys.readouterr().err

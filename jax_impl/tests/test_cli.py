@@ -80,3 +80,11 @@ def test_three_steps_on_the_real_corpus(tmp_path, capsys):
     assert records[0]["run"]["framework"] == "jax" and records[0]["run"]["dtype"] == "float32"
     assert records[0]["run"]["flush_denormal"] is True and records[0]["run"]["allow_tf32"] is False
     assert load_checkpoint(tmp_path / "best").tokenizer == "char"
+
+
+def test_a_size_beyond_the_machine_is_one_line_and_exit_status_2(corpus, capsys):
+    assert main(["--pos", str(corpus[0]), "--neg", str(corpus[1]), "--hidden-dim", "99999999999", "--device", "cpu",
+                 "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: --embed-dim 400, --hidden-dim 99999999999, --layers 2") and err.count("\n") == 1
+    assert "of memory (parameters with their gradients and Adam's state" in err and "this process can have" in err

@@ -141,3 +141,26 @@ def test_a_state_with_nonfinite_values_is_refused(tiny, tmp_path):
                         jax.device_put(tiny.model.zero_carry(4), tiny.device), keep=1)
     with pytest.raises(CheckpointError, match=r"\['params'\]\['fc'\]\['bias'\] holds non-finite values"):
         load_state(tiny, step_dir(tmp_path, 0))
+
+
+def test_resume_with_another_model_size_names_it_in_one_line(small, reference, tmp_path):
+    shutil.copytree(reference / RUN_DIR, tmp_path / RUN_DIR)
+    flags = [*run_flags(small), "--hidden-dim", "8", "--resume", str(RUN_DIR)]
+    resumed = subprocess.run([sys.executable, "-m", "jax_impl.train", *flags], cwd=tmp_path, capture_output=True,
+                             text=True, timeout=300)
+    assert resumed.returncode == 2
+    assert resumed.stderr == (f"error: --resume {RUN_DIR}: the run was trained with --hidden-dim 16, not 8. Resume "
+                              f"with the same settings and data\n")
+
+
+def test_resume_of_a_run_the_torch_twin_wrote_names_that_twin_in_one_line(small, tmp_path):
+    def run(trainer: str, *extra: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", trainer, *run_flags(small), *extra], cwd=tmp_path,
+                              capture_output=True, text=True, timeout=300)
+
+    assert run("torch_impl.train", "--max-steps", "2").returncode == 0
+    resumed = run("jax_impl.train", "--resume", str(RUN_DIR))
+    assert resumed.returncode == 2
+    assert resumed.stderr == (f"error: --resume {RUN_DIR}: the run was written by the PyTorch twin (python -m "
+                              f"torch_impl.train), whose training checkpoints the JAX twin (python -m jax_impl.train) "
+                              f"does not read; resume it with that twin\n")

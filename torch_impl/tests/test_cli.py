@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -110,3 +111,93 @@ def test_unwritable_checkpoint_dir_is_one_line_before_training(tmp_path, tiny_cf
     captured = capsys.readouterr()
     assert captured.err.startswith("error: training checkpoints: runs/") and captured.err.count("\n") == 1
     assert "cannot write there" in captured.err and "done:" not in captured.out
+
+
+# ---------------------------------------------------------------- bad input: one line, exit 2, nothing saved lost
+
+
+def _one_line_error(capsys) -> str:
+    captured = capsys.readouterr()
+    assert captured.err.count("\n") == 1 and captured.err.startswith("error: "), captured.err
+    assert "done:" not in captured.out
+    return captured.err
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--hidden-dim", "99999999999"], "--hidden-dim 99999999999, --layers 2, --seq-len 12 and --batch-size 4, with a "
+                                      "vocabulary of"),
+    (["--embed-dim", "99999999999"], "--embed-dim 99999999999, --hidden-dim 16"),
+    (["--seq-len", "99999999999"], "--seq-len 99999999999 and --batch-size 4"),
+])
+def test_a_size_beyond_the_machine_is_one_line(tiny_cfg, capsys, flags, message):
+    assert torch_train.main([*tiny_args(tiny_cfg), *flags]) == 2
+    err = _one_line_error(capsys)
+    assert message in err and "this process can have" in err
+
+
+def test_data_with_pos_and_neg_is_one_line(tmp_path, tiny_cfg, capsys):
+    assert torch_train.main([*tiny_args(tiny_cfg), "--data", str(tmp_path / "missing.csv")]) == 2
+    assert "name two corpora: give one source" in _one_line_error(capsys)
+
+
+def test_one_class_of_labels_is_one_line(tmp_path, tiny_cfg, capsys):
+    texts = Path(tiny_cfg.pos).read_text(encoding="utf-8").splitlines()
+    (tmp_path / "positive.csv").write_text("text,label\n" + "".join(f"{t},1\n" for t in texts), encoding="utf-8")
+    assert torch_train.main(["--data", str(tmp_path / "positive.csv"), "--batch-size", "4", "--no-progress"]) == 2
+    assert "are all positive: a classifier needs both classes" in _one_line_error(capsys)
+
+
+def test_the_runs_first_line_counts_the_texts_of_each_class(tiny_cfg, capsys):
+    assert torch_train.main([*tiny_args(tiny_cfg), "--max-steps", "1"]) == 0
+    first = capsys.readouterr().out.splitlines()[0]
+    assert first == ("data: 120 texts read (60 positive, 60 negative), 120 kept after cleaning: train 96, val 12, "
+                     "test 12")
+
+
+def test_a_save_dir_of_another_run_is_refused_and_kept_unless_overwrite(tmp_path, tiny_cfg, tiny_data, capsys):
+    other = tiny_cfg.replace(hidden_dim=8)
+    model = model_from_config(other, len(tiny_data.vocab))
+    save_checkpoint(tmp_path / "best", export_params(model), other, tiny_data.vocab, tiny_data.tokenizer)
+    before = (tmp_path / "best" / "model.safetensors").read_bytes()
+    assert torch_train.main([*tiny_args(tiny_cfg), "--save-dir", str(tmp_path / "best")]) == 2
+    assert "holds a checkpoint with hidden_dim=8, not this run's" in _one_line_error(capsys)
+    assert (tmp_path / "best" / "model.safetensors").read_bytes() == before
+    assert torch_train.main([*tiny_args(tiny_cfg), "--save-dir", str(tmp_path / "best"), "--max-steps", "1",
+                             "--overwrite"]) == 0
+    assert load_checkpoint(tmp_path / "best").config.hidden_dim == tiny_cfg.hidden_dim
+
+
+def test_an_existing_metrics_file_is_refused_and_kept_unless_overwrite(tmp_path, tiny_cfg, capsys):
+    metrics = tmp_path / "metrics.jsonl"
+    metrics.write_text('{"step": 0, "run": "another"}\n', encoding="utf-8")
+    assert torch_train.main([*tiny_args(tiny_cfg), "--metrics-out", str(metrics)]) == 2
+    assert _one_line_error(capsys) == (f"error: --metrics-out {metrics}: exists; pass --overwrite to replace it, or "
+                                       f"--resume the run that wrote it\n")
+    assert metrics.read_text(encoding="utf-8") == '{"step": 0, "run": "another"}\n'
+    assert torch_train.main([*tiny_args(tiny_cfg), "--metrics-out", str(metrics), "--max-steps", "1",
+                             "--overwrite"]) == 0
+    assert json.loads(metrics.read_text(encoding="utf-8").splitlines()[0])["run"]["framework"] == "torch"
+
+
+def test_a_checkpoint_dir_of_another_run_is_refused_and_kept_unless_overwrite(tmp_path, tiny_cfg, capsys):
+    args = [*tiny_args(tiny_cfg), "--checkpoint-every", "2", "--checkpoint-dir", str(tmp_path / "run")]
+    assert torch_train.main([*args, "--max-steps", "4"]) == 0
+    capsys.readouterr()
+    assert torch_train.main([*args, "--max-steps", "2", "--lr", "0.01"]) == 2
+    assert _one_line_error(capsys) == (f"error: training checkpoints: {tmp_path / 'run'} holds another run's (step_*); "
+                                       f"continue it with --resume {tmp_path / 'run'}, or pass --overwrite to replace "
+                                       f"them\n")
+    assert sorted(p.name for p in (tmp_path / "run").iterdir()) == ["step_00000002", "step_00000004"]
+    assert torch_train.main([*args, "--max-steps", "2", "--lr", "0.01", "--overwrite"]) == 0
+    assert sorted(p.name for p in (tmp_path / "run").iterdir()) == ["step_00000002"]
+
+
+def test_predict_refuses_a_checkpoint_with_a_flipped_weight_byte(tmp_path, tiny_cfg, tiny_data, capsys):
+    model = model_from_config(tiny_cfg, len(tiny_data.vocab))
+    weights = save_checkpoint(tmp_path / "ckpt", export_params(model), tiny_cfg, tiny_data.vocab,
+                              tiny_data.tokenizer) / "model.safetensors"
+    data = bytearray(weights.read_bytes())
+    data[8 + int.from_bytes(data[:8], "little")] ^= 0x01  # the data region's first byte: a valid file, one value off
+    weights.write_bytes(bytes(data))
+    assert torch_predict.main([str(tmp_path / "ckpt"), "good"]) == 2
+    assert _one_line_error(capsys) == f"error: {weights}: contents differ from when it was written (damaged)\n"

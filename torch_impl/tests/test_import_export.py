@@ -11,6 +11,7 @@ import torch
 
 from common.checkpoint import load_checkpoint, save_checkpoint
 from common.config import Config
+from common.files import CHECKSUM_FILE
 from common.params import init_params
 from common.text import PAD, UNK, Vocab
 from torch_impl import export_model, import_model
@@ -173,3 +174,82 @@ def test_empty_out_directory_is_filled(tmp_path):
     (tmp_path / "ckpt").mkdir()
     assert run_import(model, vocab, tmp_path / "ckpt") == 0
     assert load_checkpoint(tmp_path / "ckpt").config.embed_dim == E
+
+
+# ---------------------------------------------------------------- export's outputs: checked first, written together
+
+
+def run_export(ckpt: Path, state_dict: Path, vocab: Path, *flags: str) -> int:
+    return export_model.main([str(ckpt), "--state-dict", str(state_dict), "--vocab", str(vocab), *flags])
+
+
+def _one_line_error(capsys) -> str:
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("error: ") and "Traceback" not in err, err
+    return err
+
+
+@pytest.mark.parametrize("existing", ["state_dict", "vocab"])
+def test_export_refuses_an_existing_output_and_leaves_both_paths_as_they_were(tmp_path, imported, capsys, existing):
+    out = {"state_dict": tmp_path / "out.pt", "vocab": tmp_path / "out.json"}
+    out[existing].write_text("mine", encoding="utf-8")
+    assert run_export(imported, out["state_dict"], out["vocab"]) == 2
+    flag = "--state-dict" if existing == "state_dict" else "--vocab"
+    assert _one_line_error(capsys) == f"error: {flag} {out[existing]}: exists; pass --overwrite to replace it\n"
+    assert out[existing].read_text(encoding="utf-8") == "mine"
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["ckpt", "model.pt", "vocab_to_int.json",
+                                                                 out[existing].name])
+
+
+def test_export_with_overwrite_replaces_both_outputs(tmp_path, imported):
+    out_pt, out_json = tmp_path / "out.pt", tmp_path / "out.json"
+    out_pt.write_text("old", encoding="utf-8")
+    out_json.write_text("old", encoding="utf-8")
+    assert run_export(imported, out_pt, out_json, "--overwrite") == 0
+    assert list(torch.load(out_pt, weights_only=True)) == list(torch.load(tmp_path / "model.pt", weights_only=True))
+    assert json.loads(out_json.read_text(encoding="utf-8")) == json.loads((tmp_path / "vocab_to_int.json").read_text())
+
+
+def test_export_refuses_one_path_for_both_outputs(tmp_path, imported, capsys):
+    assert run_export(imported, tmp_path / "out", tmp_path / "sub" / ".." / "out") == 2
+    assert _one_line_error(capsys) == "error: --state-dict and --vocab name the same file; give each its own\n"
+    assert not (tmp_path / "out").exists()
+
+
+def test_export_into_a_missing_directory_is_refused_before_anything_is_written(tmp_path, imported, capsys):
+    assert run_export(imported, tmp_path / "out.pt", tmp_path / "missing" / "out.json") == 2
+    assert _one_line_error(capsys) == (f"error: --vocab {tmp_path / 'missing' / 'out.json'}: no such directory "
+                                       f"{tmp_path / 'missing'}\n")
+    assert not (tmp_path / "out.pt").exists()
+
+
+def test_export_whose_second_file_fails_leaves_neither(tmp_path, imported, capsys, monkeypatch):
+    def disk_full(path, obj):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(export_model, "write_json", disk_full)
+    before = sorted(p.name for p in tmp_path.iterdir())
+    assert run_export(imported, tmp_path / "out.pt", tmp_path / "out.json") == 2
+    assert _one_line_error(capsys) == (f"error: {tmp_path / 'out.pt'} and {tmp_path / 'out.json'}: cannot write (No "
+                                       f"space left on device)\n")
+    assert sorted(p.name for p in tmp_path.iterdir()) == before  # no output, no temporary file
+
+
+# ---------------------------------------------------------------- import: DataParallel's names, checksums
+
+
+def test_import_strips_the_dataparallel_prefix_and_says_so(tmp_path, capsys):
+    torch.manual_seed(0)
+    plain = SentimentRNN(V, E, H, L).state_dict()
+    model, vocab = write_script_files(tmp_path, state={f"module.{name}": t for name, t in plain.items()})
+    assert run_import(model, vocab, tmp_path / "ckpt") == 0
+    assert capsys.readouterr().out.rstrip().endswith("; the names' 'module.' prefix (saved by nn.DataParallel) was "
+                                                     "stripped")
+    params = load_checkpoint(tmp_path / "ckpt").params
+    assert all(torch.equal(torch.from_numpy(params[name]), tensor) for name, tensor in plain.items())
+
+
+def test_import_writes_the_checksums_every_load_checks(imported, capsys):
+    assert (imported / CHECKSUM_FILE).is_file()
+    load_checkpoint(imported)
+    assert capsys.readouterr().err == ""  # no warning: the files were verified

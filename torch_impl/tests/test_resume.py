@@ -168,3 +168,20 @@ def test_nan_output_is_a_nonfinite_step_too(tmp_path, monkeypatch, tiny_cfg):
     monkeypatch.setattr(torch_train, "model_from_config", model_from_config)
     result = _short_run(tmp_path, monkeypatch, tiny_cfg, max_steps=4, skip_nonfinite=True)
     assert result["skipped_steps"] == 1 and result["steps"] == 4
+
+
+def test_resume_with_another_model_size_names_it_in_one_line(three_checkpoints, tiny_cfg, capsys):
+    args = [*tiny_args(tiny_cfg), "--hidden-dim", "8", "--checkpoint-every", "2", "--resume", str(three_checkpoints)]
+    assert torch_train.main(args) == 2
+    assert capsys.readouterr().err == (f"error: --resume {three_checkpoints}: the run was trained with --hidden-dim "
+                                       f"16, not 8. Resume with the same settings and data\n")
+
+
+def test_resume_of_a_run_the_jax_twin_wrote_names_that_twin_in_one_line(tmp_path, tiny_cfg, capsys):
+    args = [*tiny_args(tiny_cfg), "--checkpoint-every", "2", "--max-steps", "2", "--device", "cpu"]
+    jax_run = run_cli("jax_impl.train", *args, "--checkpoint-dir", "run", cwd=tmp_path)
+    assert jax_run.returncode == 0, jax_run.stderr
+    assert torch_train.main([*args, "--resume", str(tmp_path / "run")]) == 2
+    assert capsys.readouterr().err == (f"error: --resume {tmp_path / 'run'}: the run was written by the JAX twin "
+                                       f"(python -m jax_impl.train), whose training checkpoints the PyTorch twin "
+                                       f"(python -m torch_impl.train) does not read; resume it with that twin\n")

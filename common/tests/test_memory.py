@@ -1,0 +1,56 @@
+"""The memory check: a run's size estimated from the Config, and a run beyond the machine refused in one line."""
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from common import memory
+from common.config import Config
+from common.errors import ConfigError
+
+# Embedding 10×4; layer 0: 12×4 + 12×3 + 2·12; layer 1: 12×3 + 12×3 + 2·12; fc 1×3 + 1: 248 parameters.
+SMALL = Config(embed_dim=4, hidden_dim=3, layers=2, seq_len=6, batch_size=5)
+
+
+def test_the_estimate_counts_parameters_a_batchs_activations_and_the_encoded_texts():
+    need = memory.run_bytes(SMALL, vocab_size=10, texts=7)
+    assert list(need.values()) == [6 * 4 * 248,  # six float32 copies of each parameter
+                                   2 * 4 * 5 * 6 * (4 + 6 * 3 * 2),  # B·T tokens, E + 6H·L floats each, twice
+                                   4 * 7 * 6]  # int32 ids, T per text
+
+
+def test_float64_runs_count_eight_bytes_a_number():
+    float32, float64 = (memory.run_bytes(SMALL.replace(dtype=d), 10, 7) for d in ("float32", "float64"))
+    assert [b // a for a, b in zip(float32.values(), float64.values())] == [2, 2, 1]  # the token ids stay int32
+
+
+def test_the_memory_available_is_at_most_the_machines():
+    assert 0 < memory.available_bytes() <= os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def test_a_run_that_fits_passes():
+    memory.check_fits(Config(), vocab_size=5000, texts=20000)  # the seed's recipe: a few hundred MiB
+
+
+def test_a_run_beyond_the_memory_is_refused_saying_what_it_needs_and_what_there_is(monkeypatch):
+    monkeypatch.setattr(memory, "available_bytes", lambda: 1024 ** 3)
+    with pytest.raises(ConfigError) as refused:
+        memory.check_fits(SMALL.replace(hidden_dim=99999999999), vocab_size=10, texts=7)
+    message = str(refused.value)
+    assert message.startswith("--embed-dim 4, --hidden-dim 99999999999, --layers 2, --seq-len 6 and --batch-size 5, "
+                              "with a vocabulary of 10 and 7 texts, need about ")
+    assert "more than the 1 GiB this process can have" in message and "\n" not in message
+
+
+@pytest.mark.parametrize("size, text", [(999, "999 B"), (1536, "1.5 KiB"), (3 * 1024 ** 3, "3 GiB"),
+                                        (2 * 1024 ** 6, "2048 PiB")])
+def test_sizes_read_in_binary_units(size, text):
+    assert memory.human(size) == text
+
+
+def test_a_sequence_length_beyond_the_machine_is_one_line_from_the_data_cli(data_cli, corpus_csv):
+    proc = data_cli("summary", "--data", corpus_csv(20), "--seq-len", "99999999999999")
+    assert proc.returncode == 2 and proc.stdout == "" and "Traceback" not in proc.stderr
+    assert proc.stderr.startswith("error: --embed-dim 400, --hidden-dim 256, --layers 2, --seq-len 99999999999999")
+    assert proc.stderr.count("\n") == 1

@@ -1,0 +1,49 @@
+"""Ctrl-C: SIGINT sent at a chosen point of a real training run (``common.tests.interrupt_at``) ends it with one line
+and exit status 130, no traceback, the newest complete training checkpoint valid, and a run that resumes from it."""
+from __future__ import annotations
+
+import pytest
+
+from common.metrics import read_metrics, training_steps
+from common.runstate import checkpoint_dirs, load_latest
+from torch_impl.state import load_training_state
+from torch_impl.tests.conftest import run_cli, tiny_args
+
+pytestmark = pytest.mark.slow  # a training subprocess each
+
+# The tiny run: 24 steps an epoch, two epochs, a checkpoint every 2 steps, validation at each epoch's end.
+# Each case: where SIGINT is sent, at which call, then the steps done and the newest checkpoint's step.
+CASES = {"during a step": ("step", 5, 4, 4),
+         "during a checkpoint save": ("save", 2, 4, 4),  # step 4's: it is finished first
+         "during evaluation": ("eval", 1, 24, 22),  # the first epoch's end, before its checkpoint
+         "in a garbage-collection callback": ("gc", 3, 2, 2)}  # raised at the next step's start
+
+
+def _interrupted(tmp_path, tiny_cfg, point: str, n: int):
+    args = [*tiny_args(tiny_cfg), "--checkpoint-every", "2", "--checkpoint-dir", "run",
+            "--metrics-out", "metrics.jsonl"]
+    return args, run_cli("common.tests.interrupt_at", "torch_impl.train", point, str(n), *args, cwd=tmp_path)
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_sigint_is_one_line_and_exit_130_and_keeps_the_newest_checkpoint(tmp_path, tiny_cfg, capsys, case):
+    point, n, done, newest = CASES[case]
+    _, proc = _interrupted(tmp_path, tiny_cfg, point, n)
+    assert proc.returncode == 130, proc.stderr
+    assert proc.stderr.splitlines() == ["training checkpoints: run (continue a stopped run with --resume run)",
+                                        f"interrupted at step {done}; resume with --resume run"]
+    steps = [step for step, _ in checkpoint_dirs(tmp_path / "run")]
+    assert steps[-1] == newest and len(list((tmp_path / "run").iterdir())) == len(steps)  # nothing half-written
+    progress, _, _ = load_latest(tmp_path / "run", load_training_state)
+    assert progress.step == newest and capsys.readouterr().err == ""  # complete: no fallback
+    records = training_steps(read_metrics(tmp_path / "metrics.jsonl"))
+    assert [r["step"] for r in records] == list(range(1, done + 1))
+
+
+def test_a_run_interrupted_during_a_save_resumes_from_that_checkpoint(tmp_path, tiny_cfg):
+    args, proc = _interrupted(tmp_path, tiny_cfg, "save", 2)
+    assert proc.returncode == 130, proc.stderr
+    resumed = run_cli("torch_impl.train", *args, "--resume", "run", cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr
+    assert "resumed from run/step_00000004 (step 4, epoch 1, batch 4)" in resumed.stderr
+    assert [r["step"] for r in training_steps(read_metrics(tmp_path / "metrics.jsonl"))] == list(range(1, 49))
