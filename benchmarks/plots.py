@@ -139,9 +139,12 @@ def convergence_curves(doc: dict, path: Path) -> Path:
     """Validation accuracy against epoch and against training time, one line per (twin, seed)."""
     fig, (by_epoch, by_time) = plt.subplots(1, 2, figsize=(11, 4))
     for run in doc["runs"]:
-        kw = dict(color=COLORS.get(run["framework"]), alpha=0.8, label=f"{run['framework']} seed {run['seed']}")
-        by_epoch.plot([e["epoch"] for e in run["epochs"]], [e["val_accuracy"] for e in run["epochs"]], "o-", **kw)
-        by_time.plot([c["train_s"] for c in run["val_curve"]], [c["val_accuracy"] for c in run["val_curve"]], ".-",
+        low = run.get("dtype", "float32") != "float32"  # a lower precision: dashed, beside its float32
+        kw = dict(color=COLORS.get(run["framework"]), alpha=0.8, label=f"{run.get('twin', run['framework'])} seed "
+                  f"{run['seed']}", linestyle="--" if low else "-")
+        by_epoch.plot([e["epoch"] for e in run["epochs"]], [e["val_accuracy"] for e in run["epochs"]],
+                      "s" if low else "o", **kw)
+        by_time.plot([c["train_s"] for c in run["val_curve"]], [c["val_accuracy"] for c in run["val_curve"]], ".",
                      **kw)
     for ax, xlabel in ((by_epoch, "epoch"), (by_time, "training seconds (compilation excluded)")):
         ax.axhline(doc["target"], color="grey", linestyle=":", linewidth=1)
