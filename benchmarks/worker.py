@@ -242,7 +242,9 @@ class Bench:
                                    "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}  # KiB
             if kind == "train":  # what ran the LSTM, read once it is warm, and the float rules it ran under
                 out["provenance"] = {**self.side.provenance(self, hlo), "precision": self.side.info()["precision"],
-                                     "flush_denormal": self.twin.record["flush_denormal"]}
+                                     "flush_denormal": self.twin.record["flush_denormal"],
+                                     **{k: self.twin.record[k] for k in ("lstm_kernel", "bfloat16")
+                                        if k in self.twin.record}}  # what ran in bfloat16, by the twin's rules
                 if cfg.torch_compile and "dynamo:lstm" not in out["provenance"]["kernels"]:
                     return {**out, "not_applicable": out["provenance"]["dynamo"]["reason"]}
         return out
