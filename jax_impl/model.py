@@ -19,8 +19,8 @@ PyTorch does under autocast, :func:`autocast_stack`), ``flax`` (:func:`flax_cell
 stock ``nn.OptimizedLSTMCell``: what a Flax user writes) or ``cudnn`` (:mod:`jax_impl.cudnn`, cuDNN's fused LSTM,
 CUDA only). Any checkpoint runs under any of them. Every matmul runs at the model's ``precision``:
 ``Precision.HIGHEST`` (full float32, so TF32 GPUs still agree with the CPU and PyTorch) unless ``--allow-tf32``
-makes it ``DEFAULT`` (TF32 where the GPU has it), in both twins. The carry is a tuple of L
-pairs ``(h, c)``, each (B, H), where PyTorch keeps two (L, B, H) stacks.
+makes it ``DEFAULT`` (TF32 where the GPU has it), in both twins. The carry is a tuple of L pairs ``(h, c)``, each
+(B, H), where PyTorch keeps two (L, B, H) stacks.
 """
 from functools import partial
 from typing import Any, Callable, Sequence
@@ -90,12 +90,12 @@ def bfloat16_dot(a: Array, b: Array, precision: jax.lax.Precision) -> Array:
 class AutocastLSTMCell(nn.RNNCellBase):
     """PyTorch's LSTM cell as PyTorch computes it under bfloat16 autocast, found by replaying it
     (docs/mixed-precision.md): ``((h, c), gates_x (B, 4H)) → ((h', c'), h')`` on float32 arrays, rounded to bfloat16
-    where PyTorch rounds.
-    ``kernel`` "onednn" (oneDNN's LSTM): ``gates_x`` holds the float32 input projection and both biases; the matmuls
-    take bfloat16 and sum in float32, the gate math is float32, h' is rounded, and c' is rounded as it passes to the
-    next step (h' reads it unrounded). "native" (PyTorch's ATen cell, which runs packed sequences): ``gates_x`` is the
-    rounded ``x W_ih + b_ih``; each matmul output, gate sum and activation is rounded, i * g too, and c and h stay
-    float32. W_hh is cast inside the step, so its gradient sums over the steps in float32."""
+    where PyTorch rounds. ``kernel`` "onednn" (oneDNN's LSTM): ``gates_x`` holds the float32 input projection and
+    both biases; the matmuls take bfloat16 and sum in float32, the gate math is float32, h' is rounded, and c' is
+    rounded as it passes to the next step (h' reads it unrounded). "native" (PyTorch's ATen cell, which runs packed
+    sequences): ``gates_x`` is the rounded ``x W_ih + b_ih``; each matmul output, gate sum and activation is
+    rounded, i * g too, and c and h stay float32. W_hh is cast inside the step, so its gradient sums over the steps
+    in float32."""
 
     w_hh_t: Array  # (H, 4H) float32
     b_hh: Array  # (4H,) float32, rounded to bfloat16 (native only)
@@ -135,9 +135,9 @@ def autocast_stack(table: Array, tokens: Array, weights: Sequence[LayerWeights],
         if k > 0 and masks is not None:
             xs = xs * masks[k - 1]
         projected = bfloat16_dot(xs, w_ih.T, precision)  # all steps at once
-        if kernel == "onednn":  # its biases are added in bfloat16, and its h0 and c0 rounded, by autocast's casts
-            gates_x, (h, c) = projected + to_bfloat16(to_bfloat16(b_ih) + to_bfloat16(b_hh)), (to_bfloat16(h),
-                                                                                              to_bfloat16(c))
+        if kernel == "onednn":  # autocast's casts: the biases are added in bfloat16, h0 and c0 rounded
+            gates_x = projected + to_bfloat16(to_bfloat16(b_ih) + to_bfloat16(b_hh))
+            h, c = to_bfloat16(h), to_bfloat16(c)
         else:
             gates_x = to_bfloat16(projected + to_bfloat16(b_ih))
         cell = AutocastLSTMCell(w_hh.T, to_bfloat16(b_hh), kernel, precision)
