@@ -75,7 +75,8 @@ def build_parser() -> argparse.ArgumentParser:
                        ("parity_steps", "training steps of each variant's parity run, 0: none")):
         b.add_argument(f"--{flag(name)}", type=int, default=None, help=f"{text} (default {DEFAULTS[name]})")
     b.add_argument("--sweep", action="append", default=[], metavar="FIELD=V1,V2,...",
-                   help="also time the main variants at these values of one Config field, paired (repeatable)")
+                   help="also time the variants named in --variants (default: the main ones) at these values of one "
+                   "Config field, paired (repeatable)")
     b.add_argument("--device-counts", default=None, metavar="N1,N2,...",
                    help="also measure data-parallel scaling (JAX: simulated CPU devices; torch: gloo processes)")
     b.add_argument("--quick", action="store_true", help="a smoke run: tiny model, few rounds")
@@ -134,20 +135,24 @@ def output_dir(spec: str | None, overwrite: bool) -> Path:
     return out
 
 
-def measure(cfg: Config, variants, s: dict, base: bool) -> tuple[dict, dict]:
-    """One paired session of ``variants`` at ``cfg`` (the base run adds parity and the GEMM peak); ``(session,
-    configs by label)``, each variant's Config as the trainers would get it. ``cfg.devices`` > 1 runs torch as that
-    many DDP ranks (the threads split between them) and JAX over that many devices (simulated on a CPU)."""
+def measure(cfg: Config, variants, s: dict, base: bool, parity: bool = False) -> tuple[dict, dict]:
+    """One paired session of ``variants`` at ``cfg`` (the base run adds parity and the GEMM peak, ``parity`` parity
+    alone); ``(session, configs by label)``, each variant's Config as the trainers would get it. ``cfg.devices`` > 1
+    runs torch as that many DDP ranks (the threads split between them) and JAX over that many devices (simulated on a
+    CPU). Under bfloat16 the baseline also trains its parity steps in float32: every row's reference."""
     n = cfg.devices if cfg.devices > 1 else 1
+    reference = "float32" if cfg.dtype == "bfloat16" else None
     entries = [harness.Entry(v.label, v.framework, {**cfg.to_dict(), **v.changes}, few_steps=v.few_steps,
-                             parity=r == 1, timeout_s=s["timeout_s"], ranks=n if v.framework == "torch" else 1,
+                             parity=r == 1, parity_reference=reference if v.label == plan.BASELINE else None,
+                             timeout_s=s["timeout_s"], ranks=n if v.framework == "torch" else 1,
                              threads=max(1, s["threads"] // n) if v.framework == "torch" else s["threads"],
                              xla_devices=n if v.framework == "jax" and n > 1 else 0, replicate=r)
                for v in variants for r in range(1, (1 if v.few_steps else s["replicates"]) + 1)]
     gemm_n = GEMM_N["quick" if s["quick"] else "gpu" if s["device"] == "gpu" else "cpu"] if base else 0
     # The base run also times the training step's parts.
-    p = harness.Plan(s["rounds"], s["steps"], s["eval_steps"], s["warmup"], s["parity_steps"] if base else 0, gemm_n,
-                     ("eval", "train", "parts") if base and s["parts_steps"] else ("eval", "train"), s["parts_steps"])
+    p = harness.Plan(s["rounds"], s["steps"], s["eval_steps"], s["warmup"], s["parity_steps"] if base or parity else 0,
+                     gemm_n, ("eval", "train", "parts") if base and s["parts_steps"] else ("eval", "train"),
+                     s["parts_steps"])
     return harness.run(entries, p, s["device"], progress=cfg.progress), {e.label: e.config for e in entries}
 
 
@@ -163,12 +168,17 @@ def speed_main(ns: argparse.Namespace, cfg: Config, s: dict, frameworks: list[st
     rows = report.rows_for(session, configs, None, peak["gflop_s"], parity)
     comparisons = report.comparisons_for(session, None)
     sweep_rounds: dict[str, list] = {}
-    main = [v for v in variants if v.main] or [v for v in plan.VARIANTS if v.main and v.framework in frameworks]
+    # Sweeps time the variants named in --variants, else the main ones.
+    main = variants if ns.variants not in ("default", "all") else [v for v in variants if v.main] or [
+        v for v in plan.VARIANTS if v.main and v.framework in frameworks]
     for sweep in s["sweeps"]:
         for value in sweep.values:
             where = {"field": sweep.field, "value": value}
-            point, point_configs = measure(cfg.replace(**{sweep.field: value}), main, s, base=False)
-            rows += report.rows_for(point, point_configs, where, peak["gflop_s"])
+            # A sweep of numerics (dtype) checks each point's parity against the float32 baseline, as the base run.
+            numerics = sweep.field == "dtype"
+            point, point_configs = measure(cfg.replace(**{sweep.field: value}), main, s, base=False, parity=numerics)
+            point_parity = report.parity(point.parity, s["parity_steps"]) if numerics else None
+            rows += report.rows_for(point, point_configs, where, peak["gflop_s"], point_parity)
             comparisons += report.comparisons_for(point, where)
             sweep_rounds[f"{sweep.field}={value}"] = [r for kind in point.rounds.values() for r in kind]
     info = {e.label.split(":")[0]: e.setup.info for e in session.entries.values() if e.setup}

@@ -1,6 +1,8 @@
 """Convergence mode: does the same recipe reach the same quality in the same wall time in both twins? Each (seed,
 twin) pair is one real run of the twin's trainer, from the same initial weights and batch order per seed, dropout
-on; its metrics give the learning curves, time-to-accuracy, and the test scores of the best-validation weights."""
+on; its metrics give the learning curves, time-to-accuracy, and the test scores of the best-validation weights.
+Under ``--dtype bfloat16`` each twin also trains in float32 from the same weights, batches and dropout draws, and the
+report sets each twin's bfloat16 accuracy beside its float32 one."""
 from __future__ import annotations
 
 import statistics
@@ -22,18 +24,24 @@ QUICK_CONFIG = dict(embed_dim=16, hidden_dim=16, seq_len=40, epochs=2)
 QUICK_MAX_TEXTS = 2000  # --quick trains on a seeded slice of the corpus
 
 
+def twin_name(framework: str, dtype: str) -> str:
+    """A twin in the report: its framework, and its dtype unless float32 (``torch``, ``torch bfloat16``)."""
+    return framework if dtype == "float32" else f"{framework} {dtype}"
+
+
 @dataclass(frozen=True)
 class RunResult:
     framework: str
     seed: int
     records: list[dict[str, Any]]  # the run's metrics JSONL
     wall_s: float  # the whole run in its worker, data loading and evaluation included
+    dtype: str = "float32"
 
 
 def run_twin(framework: str, cfg: Config, seed: int, out: Path, timeout_s: float) -> RunResult:
     """Train one twin for one seed with its trainer, in a worker of its own; ``save_dir`` makes the trainer score
     the test split with the best-validation weights."""
-    metrics = out / "runs" / f"{framework}-seed{seed}.jsonl"
+    metrics = out / "runs" / f"{twin_name(framework, cfg.dtype).replace(' ', '-')}-seed{seed}.jsonl"
     metrics.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="best-") as best:
         run = cfg.replace(seed=seed, progress=False, metrics_out=str(metrics), save_dir=best)
@@ -47,7 +55,7 @@ def run_twin(framework: str, cfg: Config, seed: int, out: Path, timeout_s: float
             worker.close()
     if "error" in reply or "user_error" in reply:
         raise ConfigError(f"the {framework} run (seed {seed}) failed: {reply.get('user_error') or reply['error']}")
-    return RunResult(framework, seed, read_metrics(metrics), wall_s)
+    return RunResult(framework, seed, read_metrics(metrics), wall_s, cfg.dtype)
 
 
 def summarise_run(run: RunResult, steps_per_epoch: int, target: float) -> dict[str, Any]:
@@ -71,19 +79,21 @@ def summarise_run(run: RunResult, steps_per_epoch: int, target: float) -> dict[s
               "val_loss": v["loss"]} for v in vals]
     reached = next((c for c in curve if c["val_accuracy"] >= target), None)
     test = evaluations(run.records, "test")[-1]
-    return {"framework": run.framework, "seed": run.seed, "compile_s": compile_s, "median_step_s": median_step_s,
+    return {"framework": run.framework, "dtype": run.dtype, "twin": twin_name(run.framework, run.dtype),
+            "seed": run.seed, "compile_s": compile_s, "median_step_s": median_step_s,
             "train_s": (steps[-1]["train_seconds"] - compile_s) if steps else 0.0, "wall_s": run.wall_s,
             "epochs": epochs, "val_curve": curve, "test_loss": test["loss"], "test_accuracy": test["accuracy"],
             "time_to_target_s": reached["train_s"] if reached else None,
             "steps_to_target": reached["step"] if reached else None}
 
 
-def aggregate(runs: Sequence[dict[str, Any]], frameworks: Sequence[str]) -> dict[str, Any]:
-    """Mean and spread of each twin's headline numbers over seeds, and whether the twins agree within one
-    standard deviation (the seeds' spread is the noise one run's accuracy carries)."""
+def aggregate(runs: Sequence[dict[str, Any]], twins: Sequence[str]) -> dict[str, Any]:
+    """Mean and spread of each twin's (:func:`twin_name`) headline numbers over seeds, and whether the two frameworks
+    agree within one standard deviation (the seeds' spread is the noise one run's accuracy carries): ``agreement``
+    in float32, ``agreement bfloat16`` between the bfloat16 twins."""
     out: dict[str, Any] = {}
-    for fw in frameworks:
-        mine = [r for r in runs if r["framework"] == fw]
+    for fw in twins:
+        mine = [r for r in runs if r.get("twin", r["framework"]) == fw]
         acc = [r["test_accuracy"] for r in mine]
         ttt = [r["time_to_target_s"] for r in mine if r["time_to_target_s"] is not None]
         out[fw] = {"seeds": [r["seed"] for r in mine], "test_accuracy_mean": statistics.fmean(acc),
@@ -92,13 +102,15 @@ def aggregate(runs: Sequence[dict[str, Any]], frameworks: Sequence[str]) -> dict
                    "train_s_mean": statistics.fmean(r["train_s"] for r in mine),
                    "compile_s_mean": statistics.fmean(r["compile_s"] for r in mine),
                    "time_to_target_s_mean": statistics.fmean(ttt) if ttt else None,
-                   "reached_target": f"{len(ttt)}/{len(mine)}"}
-    if len(frameworks) == 2:
-        a, b = (out[fw] for fw in frameworks)
-        spread = max(a["test_accuracy_std"], b["test_accuracy_std"])
-        gap = abs(a["test_accuracy_mean"] - b["test_accuracy_mean"])
-        out["agreement"] = {"test_accuracy_gap": gap, "larger_std": spread,
-                            "within_one_std": bool(gap <= spread) if spread > 0 else None}
+                   "val_accuracy_mean": statistics.fmean(r["epochs"][-1]["val_accuracy"] for r in mine)
+                   if all(r.get("epochs") for r in mine) else None, "reached_target": f"{len(ttt)}/{len(mine)}"}
+    for suffix in dict.fromkeys(name.partition(" ")[2] for name in twins):
+        pair = [out[name] for name in twins if name.partition(" ")[2] == suffix]
+        if len(pair) == 2:
+            spread = max(pair[0]["test_accuracy_std"], pair[1]["test_accuracy_std"])
+            gap = abs(pair[0]["test_accuracy_mean"] - pair[1]["test_accuracy_mean"])
+            out[f"agreement {suffix}".strip()] = {"test_accuracy_gap": gap, "larger_std": spread,
+                                                  "within_one_std": bool(gap <= spread) if spread > 0 else None}
     return out
 
 
@@ -146,11 +158,11 @@ def markdown_tables(doc: dict[str, Any]) -> str:
            f"{doc['steps_per_epoch']} steps per epoch; times are training seconds (evaluation excluded), compilation "
            "apart. Test accuracy: the best-validation weights (--save-dir), as the trainers score it.", "",
            report.table(("twin", "seed", "epoch", "train loss", "val loss", "val acc", "train s"), [
-               [r["framework"], r["seed"], e["epoch"], f(e["train_loss"], ".4f"), f"{e['val_loss']:.4f}",
+               [r["twin"], r["seed"], e["epoch"], f(e["train_loss"], ".4f"), f"{e['val_loss']:.4f}",
                 f"{e['val_accuracy']:.4f}", f"{e['train_s']:.1f}"] for r in runs for e in r["epochs"]], True), "",
            report.table(("twin", "seed", "test loss", "test acc", "compile s", "median step s", "train s",
                          f"time to val acc {target:.2f}"), [
-               [r["framework"], r["seed"], f"{r['test_loss']:.4f}", f"{r['test_accuracy']:.4f}",
+               [r["twin"], r["seed"], f"{r['test_loss']:.4f}", f"{r['test_accuracy']:.4f}",
                 f"{r['compile_s']:.2f}", f"{r['median_step_s']:.3f}", f"{r['train_s']:.1f}",
                 f(r["time_to_target_s"], ".1f") + " s"]
                for r in runs], True), "",
@@ -158,11 +170,23 @@ def markdown_tables(doc: dict[str, Any]) -> str:
                          "reached"), [
                [fw, f"{summary[fw]['test_accuracy_mean']:.4f} ± {summary[fw]['test_accuracy_std']:.4f}",
                 f"{summary[fw]['train_s_mean']:.1f}", f(summary[fw]["time_to_target_s_mean"], ".1f") + " s",
-                summary[fw]["reached_target"]] for fw in doc["frameworks"]], True)]
-    if "agreement" in summary:
-        verdict = {True: "yes", False: "no", None: "n/a (one seed: no spread to compare with)"}
-        out += ["", f"Test-accuracy gap between the twins: {summary['agreement']['test_accuracy_gap']:.4f}; within "
-                f"one standard deviation: {verdict[summary['agreement']['within_one_std']]}."]
+                summary[fw]["reached_target"]] for fw in doc["twins"]], True)]
+    verdict = {True: "yes", False: "no", None: "n/a (one seed: no spread to compare with)"}
+    for key in (k for k in summary if k.startswith("agreement")):
+        out += ["", f"Test-accuracy gap between the twins{key.removeprefix('agreement')}: "
+                f"{summary[key]['test_accuracy_gap']:.4f}; within one standard deviation: "
+                f"{verdict[summary[key]['within_one_std']]}."]
+    low = [d for d in doc["dtypes"] if d != "float32"]
+    if low:  # each twin's lower precision beside its float32, means over seeds
+        pairs = [(fw, summary[fw], summary[twin_name(fw, d)], d) for fw in doc["frameworks"] for d in low]
+        out += ["", "Each twin in bfloat16 beside its float32 (means over seeds; the same seed's weights, batches and "
+                "dropout draws in both; val acc: the last evaluation's):", "", report.table(
+                    ("twin", "dtype", "val acc float32", "val acc", "Δ val acc", "test acc float32", "test acc",
+                     "Δ test acc", "train s float32", "train s"), [
+                        [fw, d, f(a["val_accuracy_mean"], ".4f"), f(b["val_accuracy_mean"], ".4f"),
+                         f(b["val_accuracy_mean"] - a["val_accuracy_mean"], "+.4f"), f"{a['test_accuracy_mean']:.4f}",
+                         f"{b['test_accuracy_mean']:.4f}", f"{b['test_accuracy_mean'] - a['test_accuracy_mean']:+.4f}",
+                         f"{a['train_s_mean']:.1f}", f"{b['train_s_mean']:.1f}"] for fw, a, b, d in pairs], True)]
     if doc["baselines"]:
         out += ["", "Classical baselines on the same split (context, not twins):", "", report.table(
             ("model", "val acc", "test acc"), [[b["model"], f"{b['val_accuracy']:.4f}", f"{b['test_accuracy']:.4f}"]
@@ -177,13 +201,17 @@ def main(cfg: Config, frameworks: Sequence[str], seeds: Sequence[int], target: f
     cfg = quick_corpus(cfg.replace(**QUICK_CONFIG), out) if quick else cfg
     start, data = time.perf_counter(), prepare_data(cfg)
     steps_per_epoch = num_train_batches(len(data.train), cfg.batch_size)
-    pairs = tqdm([(seed, fw) for seed in seeds for fw in frameworks], desc="convergence runs", unit="run",
-                 disable=not cfg.progress, file=sys.stderr)
-    runs = [summarise_run(run_twin(fw, cfg, seed, out, timeout_s), steps_per_epoch, target) for seed, fw in pairs]
+    dtypes = ["float32", cfg.dtype] if cfg.dtype == "bfloat16" else [cfg.dtype]  # bfloat16 beside its float32
+    twins = [twin_name(fw, d) for d in dtypes for fw in frameworks]
+    pairs = tqdm([(seed, fw, d) for seed in seeds for fw in frameworks for d in dtypes], desc="convergence runs",
+                 unit="run", disable=not cfg.progress, file=sys.stderr)
+    runs = [summarise_run(run_twin(fw, cfg.replace(dtype=d), seed, out, timeout_s), steps_per_epoch, target)
+            for seed, fw, d in pairs]
     doc = {"mode": "convergence", "config": cfg.to_dict(), "seeds": list(seeds), "frameworks": list(frameworks),
+           "dtypes": dtypes, "twins": twins,
            "target": target, "steps_per_epoch": steps_per_epoch, "eval_every": cfg.log_every,
            "split_sizes": {"train": len(data.train), "val": len(data.val), "test": len(data.test)},
-           "runs": runs, "summary": aggregate(runs, frameworks), "baselines": classical_baselines(cfg),
+           "runs": runs, "summary": aggregate(runs, twins), "baselines": classical_baselines(cfg),
            "environment": harness.environment(), "command": command, "run_wall_s": time.perf_counter() - start}
     schema.write_json(doc, out / "results.json")
     plots.convergence_curves(doc, out / "convergence.png")

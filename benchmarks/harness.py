@@ -173,6 +173,7 @@ class Entry:
     threads: int = 1
     few_steps: bool = False  # one training step per round
     parity: bool = False  # runs the parity steps
+    parity_reference: str | None = None  # also runs them in this dtype (the baseline's float32 for a bfloat16 run)
     timeout_s: float = 1800.0  # per request: set-up, or one round's steps
     ranks: int = 1  # torch data-parallel processes (torchrun's environment, without the launcher)
     xla_devices: int = 0  # simulated XLA CPU devices
@@ -279,7 +280,8 @@ def _set_up(e: Entry, plan: Plan, device: str, work: Path, entries: dict[str, En
         member.close()
         status = ("n/a" if "not_applicable" in reply else "skipped" if "user_error" in reply
                   else "timeout" if reply.get("timed_out") else "failed")
-        setup = Setup(**{k: v for k, v in reply.items() if k != "not_applicable"}) if status == "n/a" else None
+        # n/a after set-up (Dynamo compiled nothing) keeps what was measured; refused before it, nothing was
+        setup = Setup(**{k: v for k, v in reply.items() if k != "not_applicable"}) if "vocab_size" in reply else None
         entries[e.key] = EntryResult(e.label, e.replicate, status, reply.get("not_applicable") or
                                      reply.get("user_error") or reply["error"], setup)
         return []
@@ -292,8 +294,10 @@ def _set_up(e: Entry, plan: Plan, device: str, work: Path, entries: dict[str, En
 
 def _parity_and_peak(ok: list[Member], plan: Plan, out: Session) -> None:
     for m in (m for m in ok if plan.parity_steps and m.entry.parity):
-        reply = m.request({"op": "parity", "n": plan.parity_steps})
-        out.parity[m.entry.label] = reply.get("losses") or reply.get("error") or reply.get("user_error")
+        for dtype in (None, m.entry.parity_reference) if m.entry.parity_reference else (None,):
+            reply = m.request({"op": "parity", "n": plan.parity_steps, "dtype": dtype})
+            out.parity[m.entry.label + (f" {dtype}" if dtype else "")] = (reply.get("losses") or reply.get("error")
+                                                                          or reply.get("user_error"))
     for framework in dict.fromkeys(m.entry.framework for m in ok) if plan.gemm_n else ():  # one worker per library
         reply = next(m for m in ok if m.entry.framework == framework).request({"op": "gemm", "n": plan.gemm_n})
         for library, v in reply.get("gemm", {}).items():

@@ -31,7 +31,8 @@ class Variant:
     description: str
     default_on: tuple[str, ...] = ()  # devices ("cpu", "gpu") where a run without --variants includes it
     changes: dict = field(default_factory=dict)  # Config fields it sets (what the trainers would be given)
-    kernel: dict = field(default_factory=dict)  # device -> what its provenance must name, or the row is a fallback
+    kernel: dict = field(default_factory=dict)  # device (or "device:dtype") -> what its provenance must name, or the
+    # row is a fallback
     main: bool = False  # sweeps run it
     few_steps: bool = False  # slow by design: one training step per round
 
@@ -61,7 +62,9 @@ VARIANTS = (
             "--no-embed-fold)", BOTH, {"lstm_impl": "fused", "embed_fold": False},
             {"cpu": "impl:fused", "gpu": "impl:fused"}, main=True),
     Variant("jax", "jit", "tuned", "jax_impl.train's default: the fused recurrence with the embedding folded into "
-            "layer 0's input projection", BOTH, kernel={"cpu": "impl:fused", "gpu": "impl:fused"}, main=True),
+            "layer 0's input projection (under bfloat16 the scan stack, --lstm-impl auto's choice there)", BOTH,
+            kernel={"cpu": "impl:fused", "gpu": "impl:fused", "cpu:bfloat16": "impl:scan", "gpu:bfloat16": "impl:scan"},
+            main=True),
     Variant("jax", "cudnn", "vendor", "cuDNN's fused LSTM through jax.experimental.rnn (--lstm-impl cudnn)", GPU,
             {"lstm_impl": "cudnn"}, {"gpu": "dnn_rnn"}),
 )

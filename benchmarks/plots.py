@@ -84,17 +84,18 @@ def parity_curves(doc: dict, path: Path) -> Path | None:
     if p["status"] != "ok":
         return None
     fig, (top, low) = plt.subplots(2, 1, figsize=(7, 5.5), sharex=True, gridspec_kw={"height_ratios": [3, 1.3]})
-    steps, base = range(1, p["steps"] + 1), p["losses"][BASELINE]
-    top.plot(steps, base, lw=3, alpha=0.5, color=_color(BASELINE), label=BASELINE)
+    reference = p["baseline"]  # the baseline's losses, in float32 for a bfloat16 run
+    steps, base = range(1, p["steps"] + 1), p["losses"][reference]
+    top.plot(steps, base, lw=3, alpha=0.5, color=_color(BASELINE), label=reference)
     worst = 0.0
-    for name, losses in ((k, v) for k, v in p["losses"].items() if k != BASELINE):
+    for name, losses in ((k, v) for k, v in p["losses"].items() if k != reference):
         top.plot(steps, losses, lw=1.2, ls="--", marker=".", color=_color(name), label=name)
         diff = [abs(a - b) for a, b in zip(base, losses)]
         worst = max(worst, *diff)
         # Exact agreement (0) cannot sit on a log axis: shown at a floor below float32 rounding of ~1.
         low.semilogy(steps, [max(d, 1e-9) for d in diff], marker=".", color=_color(name))
     top.set(ylabel="BCE loss", title="training loss, same weights and batches, dropout 0\nmax |Δloss| vs "
-            f"{BASELINE}: " + ", ".join(f"{k} {v:.3g}" for k, v in p["max_abs_dloss"].items()))
+            f"{reference}: " + ", ".join(f"{k} {v:.3g}" for k, v in p["max_abs_dloss"].items()))
     top.legend(fontsize=8)
     low.set(ylabel="|Δloss|", ylim=(5e-10, max(1e-5, worst * 3)), xlabel="training step")
     return _save(fig, path, "")
@@ -138,9 +139,12 @@ def convergence_curves(doc: dict, path: Path) -> Path:
     """Validation accuracy against epoch and against training time, one line per (twin, seed)."""
     fig, (by_epoch, by_time) = plt.subplots(1, 2, figsize=(11, 4))
     for run in doc["runs"]:
-        kw = dict(color=COLORS.get(run["framework"]), alpha=0.8, label=f"{run['framework']} seed {run['seed']}")
-        by_epoch.plot([e["epoch"] for e in run["epochs"]], [e["val_accuracy"] for e in run["epochs"]], "o-", **kw)
-        by_time.plot([c["train_s"] for c in run["val_curve"]], [c["val_accuracy"] for c in run["val_curve"]], ".-",
+        low = run.get("dtype", "float32") != "float32"  # a lower precision: dashed, beside its float32
+        kw = dict(color=COLORS.get(run["framework"]), alpha=0.8, label=f"{run.get('twin', run['framework'])} seed "
+                  f"{run['seed']}", linestyle="--" if low else "-")
+        by_epoch.plot([e["epoch"] for e in run["epochs"]], [e["val_accuracy"] for e in run["epochs"]],
+                      "s" if low else "o", **kw)
+        by_time.plot([c["train_s"] for c in run["val_curve"]], [c["val_accuracy"] for c in run["val_curve"]], ".",
                      **kw)
     for ax, xlabel in ((by_epoch, "epoch"), (by_time, "training seconds (compilation excluded)")):
         ax.axhline(doc["target"], color="grey", linestyle=":", linewidth=1)

@@ -28,7 +28,9 @@ class Setup:
     record: dict  # the twin's run record (framework, versions, device, dtype, lstm_impl, numerics)
     provenance: dict | None = None  # what ran the LSTM: "kernels" (torch: profiler op names; JAX: "impl:NAME" and
     # custom calls), library versions, the compiled step's loops (JAX), what Dynamo made of it (--torch-compile), and
-    # the float rules in force: "precision" (the framework's matmul settings), "flush_denormal" (measured for torch)
+    # the float rules in force: "precision" (the framework's matmul settings), "flush_denormal" (measured for torch);
+    # torch: "kernel_dtypes" (each LSTM op -> the dtypes it computed in), "lstm_kernel"; under bfloat16 "bfloat16",
+    # what the twin computes in it (common.precision)
 
 
 @dataclass

@@ -24,7 +24,7 @@ from benchmarks.harness import REPLY_TAG, usable_cpus
 from common.batches import batches
 from common.config import Config
 from common.data import prepare_data
-from common.errors import UserError
+from common.errors import UnsupportedError, UserError
 from common.loop import train_steps
 from common.params import init_params
 
@@ -77,17 +77,17 @@ class TorchSide:
                 "precision": "tf32" if tf32 else "float32"}
 
     def provenance(self, bench, hlo: str | None) -> dict:
-        """The ops that ran the LSTM in one training step (``torch.profiler``), the oneDNN and cuDNN versions, and
-        under --torch-compile what Dynamo made of the first call (``dynamo:lstm`` among the kernels when it compiled
-        the LSTM)."""
+        """The ops that ran the LSTM in one training step (``torch.profiler``) and the dtypes they computed in
+        (:func:`lstm_op_dtypes`), the oneDNN and cuDNN versions, and under --torch-compile what Dynamo made of the
+        first call (``dynamo:lstm`` among the kernels when it compiled the LSTM)."""
         from torch.profiler import ProfilerActivity, profile
         activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if self.device.type == "cuda" else [])
-        with profile(activities=activities) as prof:
+        with profile(activities=activities, record_shapes=True) as prof:
             bench.steps("train", 1)
-        ops = sorted({e.name for e in prof.events() if re.search("rnn|lstm", e.name, re.I)
-                      and not e.name.startswith("autograd::engine")})
+        events = [e for e in prof.events() if not e.name.startswith("autograd::engine")]
+        ops = sorted({e.name for e in events if re.search("rnn|lstm", e.name, re.I)})
         onednn = re.search(r"(?:MKL-DNN|oneDNN) v(\S+)", self.torch.__config__.show())
-        out = {"kernels": ops, "onednn": onednn and onednn[1],
+        out = {"kernels": ops, "kernel_dtypes": lstm_op_dtypes(events), "onednn": onednn and onednn[1],
                "cudnn": self.torch.backends.cudnn.version() if self.device.type == "cuda" else None}
         if bench.cfg.torch_compile:
             out["dynamo"] = dynamo = self.compile_counters()
@@ -106,6 +106,29 @@ class TorchSide:
                 "unique_graphs": counters["stats"].get("unique_graphs", 0),
                 "graph_breaks": sum(counters["graph_break"].values()), "unimplemented": dict(refused),
                 "reason": "Dynamo: " + (next(iter(refused), None) or "no graph compiled")}
+
+
+DTYPE_NAMES = {"float": "f32", "double": "f64", "c10::BFloat16": "bf16", "c10::Half": "f16"}
+
+
+def lstm_op_dtypes(events) -> dict[str, list[str]]:
+    """Each LSTM op of a profiled step (an RNN op, or a matmul that ``aten::lstm`` runs itself: its ATen cell) → the
+    dtypes of the floating-point tensors it received, in its innermost call (autocast calls an op again, on the cast
+    inputs)."""
+    def inside_lstm(e) -> bool:
+        while e is not None:
+            if e.name == "aten::lstm":
+                return True
+            e = e.cpu_parent
+        return False
+
+    out: dict[str, set[str]] = {}
+    for e in events:
+        own = re.search("rnn|lstm", e.name, re.I) and e.name != "aten::lstm"
+        cell = e.name in ("aten::mm", "aten::addmm") and inside_lstm(e)
+        if (own or cell) and not any(c.name == e.name for c in e.cpu_children):
+            out.setdefault(e.name, set()).update(DTYPE_NAMES[d] for d in e.input_dtypes if d in DTYPE_NAMES)
+    return {k: sorted(v) for k, v in sorted(out.items())}
 
 
 class JaxSide:
@@ -219,7 +242,9 @@ class Bench:
                                    "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}  # KiB
             if kind == "train":  # what ran the LSTM, read once it is warm, and the float rules it ran under
                 out["provenance"] = {**self.side.provenance(self, hlo), "precision": self.side.info()["precision"],
-                                     "flush_denormal": self.twin.record["flush_denormal"]}
+                                     "flush_denormal": self.twin.record["flush_denormal"],
+                                     **{k: self.twin.record[k] for k in ("lstm_kernel", "bfloat16")
+                                        if k in self.twin.record}}  # what ran in bfloat16, by the twin's rules
                 if cfg.torch_compile and "dynamo:lstm" not in out["provenance"]["kernels"]:
                     return {**out, "not_applicable": out["provenance"]["dynamo"]["reason"]}
         return out
@@ -240,9 +265,10 @@ class Bench:
             out.append(self.twin.parts if kind == "parts" else time.perf_counter() - start)
         return out
 
-    def parity(self, n: int) -> list[float]:
-        """Losses of ``n`` training steps from the shared weights with dropout 0, in a twin of their own."""
-        _, _, steps = self.build(self.cfg.replace(dropout=0.0, fc_dropout=0.0))
+    def parity(self, n: int, dtype: str | None = None) -> list[float]:
+        """Losses of ``n`` training steps from the shared weights with dropout 0, in a twin of their own (in ``dtype``
+        if given: the baseline's float32 reference of a bfloat16 run)."""
+        _, _, steps = self.build(self.cfg.replace(dropout=0.0, fc_dropout=0.0, dtype=dtype or self.cfg.dtype))
         return [s.loss for s in itertools.islice(steps, n)]
 
     def handle(self, msg: dict) -> dict:
@@ -257,7 +283,7 @@ class Bench:
         if op == "steps":
             return {"step_s": self.steps(msg["kind"], n)}  # parts: a dict of seconds per step
         if op == "parity":
-            return {"losses": self.parity(n)}
+            return {"losses": self.parity(n, msg.get("dtype"))}
         if op == "gemm":
             device = self.side.info()["device"]
             rates = {self.framework: {**self.side.gemm(n), "n": n, "device": device}}
@@ -280,6 +306,8 @@ def main(framework: str) -> int:
             msg = json.loads(line)
             try:
                 reply = bench.handle(msg)
+            except UnsupportedError as err:  # the library cannot compute this variant: a result, with its reason
+                reply = {"not_applicable": str(err)}
             except UserError as err:
                 reply = {"user_error": str(err)}
             except Exception as err:  # a variant that fails is a result, not a crash

@@ -17,6 +17,11 @@ class ConfigError(UserError):
     """A flag or configuration value out of range."""
 
 
+class UnsupportedError(ConfigError):
+    """A combination a library cannot compute (e.g. bfloat16 in a float32-only kernel): the benchmark reports its row
+    as not applicable, with this message."""
+
+
 class CheckpointError(UserError):
     """A checkpoint that is missing, corrupt, or does not match the requested model."""
 

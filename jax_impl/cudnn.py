@@ -17,6 +17,18 @@ from jax_impl.recurrence import PRECISION, LayerCarry, LayerWeights
 Array = jax.Array
 
 
+def bfloat16_refusal() -> str:
+    """Why ``jax.experimental.rnn`` cannot compute bfloat16, in its own words (it reads precision DEFAULT as bfloat16,
+    and refuses that; no GPU needed to ask)."""
+    try:
+        rnn._lstm_cudnn_allow_tf32(jax.lax.Precision.DEFAULT)
+    except NotImplementedError as err:
+        return str(err)
+    except AttributeError:  # a JAX whose private helper moved: the words of jax 0.10
+        pass
+    return "bfloat16 support not implemented for LSTM"
+
+
 def _pack(weights: Sequence[LayerWeights]) -> Array:
     """L layers' ``(w_ih, w_hh, b_ih, b_hh)`` → cuDNN's flat vector (all matrices, then all biases)."""
     matrices = [w.ravel() for w_ih, w_hh, _, _ in weights for w in (w_ih, w_hh)]

@@ -10,17 +10,25 @@ it with its own formula, not by autodiff of the clamped logs:
 So a saturated logit has a finite loss (at most 100) and a finite gradient: at z = 20, p rounds to 1.0 in
 float32, and for y = 0 the loss is 100 with gradient 0 (PyTorch's answer, which the seed trains with).
 Autodiff of the same forward would give NaN there (0 * inf), hence the ``jax.custom_vjp``.
+
+Under bfloat16 the logits are bfloat16 (autocast's Linear) and PyTorch's recipe computes the loss in float32 on the
+bfloat16 probabilities: ``p`` is rounded to bfloat16, the rest is float32, and the backward rounds dL/dp (the cast's
+backward) and dL/dz (bfloat16's ``sigmoid_backward``) to bfloat16 once each.
 """
 import jax
 import jax.numpy as jnp
+
+from jax_impl.recurrence import round_to
 
 LOG_CLAMP = -100.0  # PyTorch clamps each log at -100
 GRAD_EPS = 1e-12  # PyTorch's EPSILON in binary_cross_entropy_backward
 
 
 def sigmoid(logits: jax.Array) -> jax.Array:
-    """P(positive) in the logits' dtype."""
-    return jax.nn.sigmoid(logits)
+    """P(positive) in the logits' precision, in the loss's dtype (float32 or wider): computed in that dtype and rounded
+    once to the logits' (PyTorch's sigmoid of bfloat16 logits)."""
+    wide = jnp.promote_types(logits.dtype, jnp.float32)
+    return round_to(jax.nn.sigmoid(logits.astype(wide)), logits.dtype)
 
 
 def bce_per_example(logits: jax.Array, labels: jax.Array) -> jax.Array:
@@ -37,16 +45,17 @@ def bce_loss(logits: jax.Array, labels: jax.Array) -> jax.Array:
 
 
 def _bce_forward(logits: jax.Array, labels: jax.Array):
-    return jnp.mean(bce_per_example(logits, labels)), (sigmoid(logits), labels)
+    return jnp.mean(bce_per_example(logits, labels)), (sigmoid(logits).astype(logits.dtype), labels)
 
 
 def _bce_backward(residuals, g: jax.Array):
-    p, labels = residuals
+    p_logits, labels = residuals  # P(positive) in the logits' dtype
+    p = p_logits.astype(jnp.promote_types(p_logits.dtype, jnp.float32))
     y = labels.astype(p.dtype)
     # The same operations in the same order as PyTorch's two backward kernels, so the rounding matches too.
     grad_p = g * (p - y) / jnp.maximum((1 - p) * p, jnp.asarray(GRAD_EPS, p.dtype)) / p.shape[0]
-    grad_z = grad_p * (1 - p) * p
-    return grad_z, jnp.zeros_like(labels)
+    grad_z = round_to(round_to(grad_p, p_logits.dtype) * (1 - p) * p, p_logits.dtype)
+    return grad_z.astype(p_logits.dtype), jnp.zeros_like(labels)
 
 
 bce_loss.defvjp(_bce_forward, _bce_backward)

@@ -14,12 +14,13 @@ What runs by default (``--lstm-impl auto`` at float32), from the top:
 :class:`LSTMStack` hands its parameters and masks to one of :data:`IMPLEMENTATIONS` (``--lstm-impl``), bound by
 :func:`model_from_config` to its own options: ``fused`` (:mod:`jax_impl.recurrence`, hand-written gradients; the
 default for float32 and float64), ``scan`` (:func:`scan_stack`, Flax ``nn.RNN`` over :class:`TorchLSTMCell`,
-differentiated by JAX: the readable reference the fused stack is tested against, and the bfloat16 path), ``flax``
-(:func:`flax_cell_stack`, ``nn.RNN`` over Flax's stock ``nn.OptimizedLSTMCell``: what a Flax user writes) or
-``cudnn`` (:mod:`jax_impl.cudnn`, cuDNN's fused LSTM, CUDA only). Any checkpoint runs under any of them. Every matmul runs at
-the model's ``precision``: ``Precision.HIGHEST`` (full float32, so TF32 GPUs still agree with the CPU and PyTorch)
-unless ``--allow-tf32`` makes it ``DEFAULT`` (TF32 where the GPU has it), in both twins. The carry is a tuple of L
-pairs ``(h, c)``, each (B, H), where PyTorch keeps two (L, B, H) stacks.
+differentiated by JAX: the readable reference the fused stack is tested against; under bfloat16 it computes as
+PyTorch does under autocast, :func:`autocast_stack`), ``flax`` (:func:`flax_cell_stack`, ``nn.RNN`` over Flax's
+stock ``nn.OptimizedLSTMCell``: what a Flax user writes) or ``cudnn`` (:mod:`jax_impl.cudnn`, cuDNN's fused LSTM,
+CUDA only). Any checkpoint runs under any of them. Every matmul runs at the model's ``precision``:
+``Precision.HIGHEST`` (full float32, so TF32 GPUs still agree with the CPU and PyTorch) unless ``--allow-tf32``
+makes it ``DEFAULT`` (TF32 where the GPU has it), in both twins. The carry is a tuple of L pairs ``(h, c)``, each
+(B, H), where PyTorch keeps two (L, B, H) stacks.
 """
 from functools import partial
 from typing import Any, Callable, Sequence
@@ -28,9 +29,9 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from common.errors import ConfigError
-from jax_impl.cudnn import cudnn_stack
-from jax_impl.recurrence import PRECISION, LayerCarry, LayerWeights, dot, embedding_lstm_stack
+from common.errors import ConfigError, UnsupportedError
+from jax_impl.cudnn import bfloat16_refusal, cudnn_stack
+from jax_impl.recurrence import PRECISION, LayerCarry, LayerWeights, dot, embedding_lstm_stack, round_to
 
 Array = jax.Array
 Carry = tuple[LayerCarry, ...]  # one (h, c) pair per layer, bottom first
@@ -75,15 +76,89 @@ class TorchLSTMCell(nn.RNNCellBase):
         return 1
 
 
+def to_bfloat16(x: Array) -> Array:
+    """Rounded to bfloat16, kept in float32 (:func:`round_to`)."""
+    return round_to(x, jnp.bfloat16)
+
+
+def bfloat16_dot(a: Array, b: Array, precision: jax.lax.Precision) -> Array:
+    """(..., K) @ (K, N) as autocast's matmuls compute it: both operands rounded to bfloat16, float32 sums."""
+    a, b = (to_bfloat16(x).astype(jnp.bfloat16) for x in (a, b))
+    return jnp.matmul(a, b, precision=precision, preferred_element_type=jnp.float32)
+
+
+class AutocastLSTMCell(nn.RNNCellBase):
+    """PyTorch's LSTM cell as PyTorch computes it under bfloat16 autocast, found by replaying it
+    (docs/mixed-precision.md): ``((h, c), gates_x (B, 4H)) → ((h', c'), h')`` on float32 arrays, rounded to bfloat16
+    where PyTorch rounds. ``kernel`` "onednn" (oneDNN's LSTM): ``gates_x`` holds the float32 input projection and
+    both biases; the matmuls take bfloat16 and sum in float32, the gate math is float32, h' is rounded, and c' is
+    rounded as it passes to the next step (h' reads it unrounded). "native" (PyTorch's ATen cell, which runs packed
+    sequences): ``gates_x`` is the rounded ``x W_ih + b_ih``; each matmul output, gate sum and activation is
+    rounded, i * g too, and c and h stay float32. W_hh is cast inside the step, so its gradient sums over the steps
+    in float32."""
+
+    w_hh_t: Array  # (H, 4H) float32
+    b_hh: Array  # (4H,) float32, rounded to bfloat16 (native only)
+    kernel: str = "onednn"
+    precision: jax.lax.Precision = PRECISION
+
+    @nn.compact
+    def __call__(self, state: LayerCarry, gates_x: Array) -> tuple[LayerCarry, Array]:
+        h, c = state
+        recurrent = bfloat16_dot(h, self.w_hh_t, self.precision)
+        if self.kernel == "onednn":
+            i, f, g, o = jnp.split(gates_x + recurrent, 4, axis=-1)
+            c_new = jax.nn.sigmoid(f) * c + jax.nn.sigmoid(i) * jnp.tanh(g)
+            h_new = to_bfloat16(jax.nn.sigmoid(o) * jnp.tanh(c_new))
+            return (h_new, to_bfloat16(c_new)), h_new
+        gates = to_bfloat16(to_bfloat16(recurrent + self.b_hh) + gates_x)
+        i, f, g, o = (to_bfloat16(fn(z)) for fn, z in zip((jax.nn.sigmoid, jax.nn.sigmoid, jnp.tanh, jax.nn.sigmoid),
+                                                           jnp.split(gates, 4, axis=-1)))
+        c_new = f * c + to_bfloat16(i * g)
+        h_new = o * jnp.tanh(c_new)
+        return (h_new, c_new), h_new
+
+    @property
+    def num_feature_axes(self) -> int:
+        return 1
+
+
+def autocast_stack(table: Array, tokens: Array, weights: Sequence[LayerWeights], carry: Carry, lengths: Array | None,
+                   masks: Sequence[Array] | None, *, precision: jax.lax.Precision = PRECISION) -> Carry:
+    """:func:`scan_stack` under bfloat16: ``nn.LSTM`` under PyTorch's autocast, layer by layer, each a Flax ``nn.RNN``
+    of :class:`AutocastLSTMCell` with oneDNN's rules, or the ATen cell's with ``lengths`` (PyTorch runs packed
+    sequences there). Arguments as :func:`scan_stack`'s; every array, the carry included, stays float32."""
+    kernel = "onednn" if lengths is None else "native"
+    xs = jnp.take(table, tokens, axis=0)  # (T, B, E) float32: autocast leaves the embedding alone
+    finals = []
+    for k, ((w_ih, w_hh, b_ih, b_hh), (h, c)) in enumerate(zip(weights, carry)):
+        if k > 0 and masks is not None:
+            xs = xs * masks[k - 1]
+        projected = bfloat16_dot(xs, w_ih.T, precision)  # all steps at once
+        if kernel == "onednn":  # autocast's casts: the biases are added in bfloat16, h0 and c0 rounded
+            gates_x = projected + to_bfloat16(to_bfloat16(b_ih) + to_bfloat16(b_hh))
+            h, c = to_bfloat16(h), to_bfloat16(c)
+        else:
+            gates_x = to_bfloat16(projected + to_bfloat16(b_ih))
+        cell = AutocastLSTMCell(w_hh.T, to_bfloat16(b_hh), kernel, precision)
+        final, xs = nn.RNN(cell, time_major=True, return_carry=True)(gates_x, initial_carry=(h, c),
+                                                                     seq_lengths=lengths)
+        finals.append(final)
+    return tuple(finals)
+
+
 def scan_stack(table: Array, tokens: Array, weights: Sequence[LayerWeights], carry: Carry, lengths: Array | None,
                masks: Sequence[Array] | None, *, dtype: Any, precision: jax.lax.Precision = PRECISION) -> Carry:
-    """The reference: ``nn.LSTM`` layer by layer, each a Flax ``nn.RNN`` of :class:`TorchLSTMCell`, in ``dtype``.
+    """The reference: ``nn.LSTM`` layer by layer, each a Flax ``nn.RNN`` of :class:`TorchLSTMCell`, in ``dtype``
+    (bfloat16: :func:`autocast_stack`).
 
     table (V, E); tokens (T, B) int32, time-major; ``masks``: None or L-1 multipliers (T, B, H) of the inputs of
     layers 1..L-1. With ``lengths`` (B,) each row's carry is the one after its last token
     (``pack_padded_sequence``). Called inside :class:`LSTMStack`, whose scope the ``nn.RNN`` modules join; it
     looks the embeddings up first, as ``nn.LSTM`` does.
     """
+    if dtype == jnp.bfloat16:
+        return autocast_stack(table, tokens, weights, carry, lengths, masks, precision=precision)
     xs = jnp.take(table, tokens, axis=0).astype(dtype)  # (T, B, E)
     finals = []
     for k, ((w_ih, w_hh, b_ih, b_hh), layer_carry) in enumerate(zip(weights, carry)):
@@ -150,12 +225,15 @@ def resolve_lstm_impl(name: str, dtype: str, platform: str | None = None) -> str
     if name not in IMPLEMENTATIONS:
         raise ConfigError(f"--lstm-impl must be one of auto, {', '.join(IMPLEMENTATIONS)}, got {name!r}")
     if name == "fused" and dtype == "bfloat16":
-        raise ConfigError("--lstm-impl fused does not implement bfloat16's mixed precision (float32 parameters "
-                          "and carry); use --lstm-impl scan or auto")
+        raise UnsupportedError("--lstm-impl fused does not implement bfloat16's mixed precision (float32 parameters "
+                               "and carry); use --lstm-impl scan or auto")
     if name == "cudnn":
         platform = platform or jax.default_backend()
         if platform not in ("gpu", "cuda"):
             raise ConfigError(f"cudnn LSTM needs a CUDA GPU; this backend is {platform}")
+        if dtype == "bfloat16":
+            raise UnsupportedError(f"--lstm-impl cudnn cannot compute bfloat16: jax.experimental.rnn says "
+                                   f"\"{bfloat16_refusal()}\"; use --lstm-impl auto")
         if dtype != "float32":
             raise ConfigError(f"--lstm-impl cudnn computes float32 only, not {dtype}; use --lstm-impl auto")
     return name
@@ -204,8 +282,9 @@ class SentimentRNN(nn.Module):
     ``apply({'params': p}, tokens (B, T) int32, carry, lengths=None, train=False, rngs={'dropout': key})``
     returns ``(logits (B,), new_carry)``. Dropout (training only) acts between LSTM layers (``dropout``) and
     on the final h before the Dense (``fc_dropout``). With ``lengths`` (B,) the batch is right-padded and the
-    carry stops at each text's last token. Under bfloat16 the logits come back as float32, so the loss is
-    computed in float32.
+    carry stops at each text's last token. Under bfloat16 the Dense computes as autocast's Linear (operands rounded
+    to bfloat16, float32 sums, the result rounded once) and the logits come back in bfloat16, which tells the loss
+    to round its sigmoid likewise (:func:`jax_impl.loss.sigmoid`); the carry stays float32.
     """
 
     vocab_size: int
@@ -240,8 +319,11 @@ class SentimentRNN(nn.Module):
         new_carry = lstm(embedding.embedding, tokens, carry, lengths, train)
         top_h = new_carry[-1][0]  # (B, H): the last step's output, or each text's last token with lengths
         top_h = nn.Dropout(self.fc_dropout, deterministic=not train)(top_h)
-        logits = nn.Dense(1, dtype=self.dtype, param_dtype=pdtype, precision=self.precision, name="fc")(top_h)
-        return logits[:, 0].astype(pdtype), new_carry
+        mixed = self.dtype == jnp.bfloat16
+        rounded = {"promote_dtype": lambda *xs, dtype: tuple(x if x is None else to_bfloat16(x) for x in xs)}
+        logits = nn.Dense(1, dtype=self.dtype, param_dtype=pdtype, precision=self.precision, name="fc",
+                          **(rounded if mixed else {}))(top_h)
+        return (to_bfloat16(logits[:, 0]).astype(jnp.bfloat16) if mixed else logits[:, 0].astype(pdtype)), new_carry
 
 
 def model_from_config(cfg, vocab_size: int, platform: str | None = None) -> SentimentRNN:

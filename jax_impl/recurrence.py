@@ -37,6 +37,15 @@ def dot(a: Array, b: Array, precision: lax.Precision) -> Array:
     return jnp.matmul(a, b, precision=precision)
 
 
+def round_to(x: Array, dtype) -> Array:
+    """``x`` rounded to ``dtype``'s precision, in its own dtype (``x`` itself when ``dtype`` is not narrower). Not
+    ``x.astype(dtype).astype(x.dtype)``: XLA:CPU, allowing itself excess precision, may drop such a round trip."""
+    narrow, own = jnp.finfo(dtype), jnp.finfo(x.dtype)
+    if narrow.nmant >= own.nmant:
+        return x
+    return lax.reduce_precision(x, exponent_bits=narrow.nexp, mantissa_bits=narrow.nmant)
+
+
 def _project(x: Array, w_ih: Array, b_ih: Array, b_hh: Array, precision: lax.Precision) -> Array:
     """Every step's input projection at once: x (T, B, D) → x W_ih^T + b_ih + b_hh (T, B, 4H), as a 2-D
     (T·B, D) matmul, whose gradients XLA:CPU runs without transposed copies of the operands."""

@@ -19,6 +19,7 @@ from common.config import Config, parse_config
 from common.errors import ConfigError, cli_main
 from common.interrupts import exit_process
 from common.params import Params
+from common.precision import BFLOAT16_RULES
 from common.runstate import Progress
 from jax_impl import xla_env
 from jax_impl.convert import from_flax, to_flax
@@ -50,6 +51,9 @@ class JaxTwin:
                        "devices": self.place.devices, "dtype": cfg.dtype, "lstm_impl": self.model.lstm_impl,
                        "flush_denormal": device.platform == "cpu", "allow_tf32": cfg.allow_tf32,
                        "matmul_precision": self.model.precision.name.lower(), **xla_env.record()}
+        if cfg.dtype == "bfloat16":  # what the model computes in bfloat16 (scan: PyTorch's autocast, flax: Flax's)
+            rules = "flax" if self.model.lstm_impl == "flax" else "native" if cfg.padding == "right" else "onednn"
+            self.record["bfloat16"] = BFLOAT16_RULES[rules]
 
     def compile(self, state: TrainState, kind: str, batch) -> dict[str, Any]:
         """Lower and compile the jitted ``kind`` ("train" or "eval") step for ``batch``'s shapes ahead of its first

@@ -16,6 +16,7 @@ SEED_CFG = Config(dropout=0.0, fc_dropout=0.0, log_every=0, progress=False)
 TRAJECTORY_CFG = SEED_CFG.replace(embed_dim=32, hidden_dim=32, seq_len=100)
 TRAJECTORY_STEPS = 200
 FLOAT64_STEPS = 50
+BFLOAT16_STEPS = 50  # each twin's bfloat16 against its float32 and against the other twin's bfloat16
 
 # The trajectory modes, plus one where clipping binds: at clip 5 it never does here (the gradient norm stays
 # below 0.6 for 200 steps, median 0.14), so a clip rule would go untested; at clip 0.1 it binds on most steps.

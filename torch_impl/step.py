@@ -2,11 +2,15 @@
 
     state, hidden, loss = train_step(state, hidden, batch, cfg)   # detach, forward, BCE, backward, clip, Adam
     loss_sum, correct = eval_step(model, batch)                  # zero hidden state, dropout off
+
+Under ``--dtype bfloat16`` both run PyTorch's standard mixed precision: float32 parameters, gradients and Adam state,
+the forward pass under ``torch.autocast`` (:func:`autocast`), the loss in float32 outside it.
 """
 import math
 import sys
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Iterator
 
 import torch
 from torch import nn
@@ -16,7 +20,8 @@ from common.config import Config
 from common.errors import ConfigError
 from torch_impl.model import Hidden, SentimentRNN
 
-DTYPES = {"float32": torch.float32, "float64": torch.float64}
+DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.float32}
+CUDNN_BFLOAT16_RNN = 91300  # the first cuDNN whose RNN takes bfloat16 (9.13)
 
 
 def resolve_device(name: str) -> torch.device:
@@ -30,10 +35,47 @@ def resolve_device(name: str) -> torch.device:
 
 
 def resolve_dtype(name: str) -> torch.dtype:
-    """``--dtype`` → the torch dtype (bfloat16 is JAX-only: a ConfigError)."""
+    """``--dtype`` → the dtype of the parameters, the carry and the loss: float32 under bfloat16, whose forward pass
+    runs under :func:`autocast`."""
     if name not in DTYPES:
-        raise ConfigError(f"--dtype {name} is not supported by torch_impl (use float32 or float64)")
+        raise ConfigError(f"--dtype {name} is not supported by torch_impl (use float32, bfloat16 or float64)")
     return DTYPES[name]
+
+
+def lacks_bfloat16_lstm(device: torch.device) -> bool:
+    """Whether ``nn.LSTM``'s fused kernel on ``device`` cannot compute bfloat16: oneDNN on a CPU without oneDNN's
+    bfloat16, cuDNN before 9.13."""
+    if device.type == "cuda":
+        return (torch.backends.cudnn.version() or 0) < CUDNN_BFLOAT16_RNN
+    return not (torch.backends.mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported())
+
+
+def lstm_kernel(cfg: Config, device: torch.device) -> str:
+    """The kernel ``nn.LSTM`` runs (a key of ``common.precision.BFLOAT16_RULES``): cuDNN on a GPU, oneDNN on the
+    CPU, and PyTorch's ATen cell ("native") for packed sequences on the CPU (--padding right) and, under bfloat16,
+    where the fused kernel cannot take it (:func:`lacks_bfloat16_lstm`)."""
+    if cfg.dtype == "bfloat16" and lacks_bfloat16_lstm(device):
+        return "native"
+    if device.type == "cuda":
+        return "cudnn"
+    return "native" if cfg.padding == "right" else "onednn"
+
+
+@contextmanager
+def autocast(dtype: str, device: torch.device) -> Iterator[None]:
+    """The forward pass's numerics: nothing for float32 and float64; for bfloat16 ``torch.autocast``, and with
+    oneDNN (or cuDNN) off where their LSTM cannot take bfloat16. Autocast alone would not fall back: ``nn.LSTM`` picks
+    oneDNN for the float32 input it is given, then autocast hands oneDNN bfloat16, and creating the primitive fails."""
+    if dtype != "bfloat16":
+        yield
+        return
+    with ExitStack() as stack:
+        stack.enter_context(torch.autocast(device.type, dtype=torch.bfloat16))
+        if lacks_bfloat16_lstm(device):
+            backend = torch.backends.cudnn if device.type == "cuda" else torch.backends.mkldnn
+            stack.callback(setattr, backend, "enabled", backend.enabled)
+            backend.enabled = False
+        yield
 
 
 def set_numerics(cfg: Config, device: torch.device) -> dict[str, bool]:
@@ -109,15 +151,19 @@ def forward_backward(model: nn.Module, hidden: Hidden, batch: Batch, cfg: Config
     if cfg.detach:
         # Without this, backward() would run into the previous batch's graph, already freed: the seed's bug.
         hidden = repackage_hidden(hidden)
-    if cfg.tbptt:
-        # Truncated BPTT inside the batch: the carry crosses each chunk boundary detached; loss on the last step.
-        chunks = tokens.split(cfg.tbptt, dim=1)
-        for chunk in chunks[:-1]:
-            _, hidden = model(chunk, hidden)
-            hidden = repackage_hidden(hidden)
-        output, hidden = model(chunks[-1], hidden)
-    else:
-        output, hidden = model(tokens, hidden, lengths if cfg.padding == "right" else None)
+    with autocast(cfg.dtype, tokens.device):
+        if cfg.tbptt:
+            # Truncated BPTT inside the batch: the carry crosses each chunk boundary detached; loss on the last step.
+            chunks = tokens.split(cfg.tbptt, dim=1)
+            for chunk in chunks[:-1]:
+                _, hidden = model(chunk, hidden)
+                hidden = repackage_hidden(hidden)
+            output, hidden = model(chunks[-1], hidden)
+        else:
+            output, hidden = model(tokens, hidden, lengths if cfg.padding == "right" else None)
+    # Under bfloat16 the probabilities and the carry come back in bfloat16 (the carry from oneDNN): the loss is
+    # computed in float32, outside autocast (whose CUDA side refuses BCELoss), and the carry kept in float32.
+    output, hidden = output.to(labels.dtype), tuple(h.to(labels.dtype) for h in hidden)
     # BCELoss refuses a NaN probability; the same values otherwise, and a non-finite output makes a NaN loss.
     finite_output = torch.isfinite(output)
     loss = nn.BCELoss()(torch.where(finite_output, output, 0.5), labels)
@@ -150,11 +196,15 @@ def train_step(state: TrainState, hidden: Hidden, batch: Batch, cfg: Config, ret
 
 
 @torch.no_grad()
-def eval_step(model: SentimentRNN, batch: Batch, packed: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+def eval_step(model: SentimentRNN, batch: Batch, packed: bool = False, dtype: str = "float32"
+              ) -> tuple[torch.Tensor, torch.Tensor]:
     """``(sum of BCE over the batch, number correct)`` as 0-d tensors, from a zero hidden state, dropout off.
-    ``packed``: the batch is right-padded (``--padding right``), read with its lengths. Correct means the
-    project's one decision rule (``common.predict.is_positive``: p > 0.5, the seed's ``round(p)``) gives the label."""
+    ``packed``: the batch is right-padded (``--padding right``), read with its lengths; ``dtype``: ``--dtype``. Correct
+    means the project's one decision rule (``common.predict.is_positive``: p > 0.5, the seed's ``round(p)``) gives the
+    label."""
     model.eval()
     tokens, labels, lengths = to_device(batch, model)
-    output, _ = model(tokens, model.init_hidden(batch.size), lengths if packed else None)
+    with autocast(dtype, tokens.device):
+        output, _ = model(tokens, model.init_hidden(batch.size), lengths if packed else None)
+    output = output.to(labels.dtype)  # the loss in float32 under bfloat16, as in training
     return nn.BCELoss(reduction="sum")(output, labels), ((output > 0.5).to(labels.dtype) == labels).sum()

@@ -21,13 +21,14 @@ from common.config import Config, parse_config
 from common.errors import ConfigError, cli_main
 from common.interrupts import exit_process
 from common.params import Params
+from common.precision import BFLOAT16_RULES
 from common.runstate import Progress
 from torch_impl.distributed import (World, check_config, dropout_seed, join_process_group, leave_process_group,
                                      world_from_environment, wrap)
 from torch_impl.model import Hidden, export_params, load_params, model_from_config
 from torch_impl.state import load_training_state, restore_training_state, save_training_state, write_checkpoint
-from torch_impl.step import (Lap, TrainState, eval_step, make_optimizer, no_lap, resolve_device, resolve_dtype,
-                             set_numerics, train_step)
+from torch_impl.step import (Lap, TrainState, eval_step, lstm_kernel, make_optimizer, no_lap, resolve_device,
+                             resolve_dtype, set_numerics, train_step)
 
 PROG = "python -m torch_impl.train"
 
@@ -50,8 +51,12 @@ class TorchTwin:
         self.model = model_from_config(cfg, vocab_size).to(device=device, dtype=resolve_dtype(cfg.dtype))
         self.is_main = world is None or world.is_main
         self.rows = cfg.batch_size // (world.size if world else 1)
+        kernel = lstm_kernel(cfg, device)
         self.record = {"framework": "torch", "torch": torch.__version__, "device": str(device),
-                       "devices": world.size if world else 1, "dtype": cfg.dtype, "lstm_impl": "nn.LSTM", **numerics}
+                       "devices": world.size if world else 1, "dtype": cfg.dtype, "lstm_impl": "nn.LSTM",
+                       "lstm_kernel": kernel, **numerics}
+        if cfg.dtype == "bfloat16":  # what autocast computes in bfloat16 with this kernel
+            self.record["bfloat16"] = BFLOAT16_RULES[kernel]
 
     def init_state(self, params: Params) -> TrainState:
         load_params(self.model, params)
@@ -100,7 +105,7 @@ class TorchTwin:
         if batch.size == 0:  # a last batch smaller than the number of ranks
             return 0.0, 0
         model = state.model if self.cfg.torch_compile else self.model  # (under DDP state.model is the wrapper)
-        return eval_step(model, batch, packed=self.cfg.padding == "right")
+        return eval_step(model, batch, packed=self.cfg.padding == "right", dtype=self.cfg.dtype)
 
     def sum_over_processes(self, loss_sum: float, correct: int) -> tuple[float, int]:
         return (loss_sum, correct) if self.world is None else tuple(self.world.sum(loss_sum, correct))

@@ -67,14 +67,18 @@ def test_bad_convergence_and_scaling_flags_print_one_line_and_exit_2(argv, messa
 
 @pytest.mark.slow
 @pytest.mark.skipif(not BOTH, reason="needs both twins installed")
-def test_quick_convergence_run_writes_curves_tables_and_results(tmp_path):
+def test_quick_convergence_run_writes_curves_tables_and_results_with_bfloat16_beside_float32(tmp_path):
     out = tmp_path / "conv"
     proc = run_bench("--mode", "convergence", "--quick", "--no-progress", "--seeds", "0", "--log-every", "16",
-                     "--out", str(out), timeout=300)
+                     "--dtype", "bfloat16", "--out", str(out), timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "| twin | seed | test loss | test acc |" in proc.stdout
+    assert "| twin | dtype | val acc float32 | val acc | Δ val acc |" in proc.stdout
     doc = json.loads((out / "results.json").read_text(encoding="utf-8"))
     assert doc["mode"] == "convergence" and doc["frameworks"] == ["torch", "jax"]
+    assert doc["twins"] == ["torch", "jax", "torch bfloat16", "jax bfloat16"]
+    assert [r["twin"] for r in doc["runs"]] == ["torch", "torch bfloat16", "jax", "jax bfloat16"]
+    assert {"agreement", "agreement bfloat16"} <= doc["summary"].keys()
     # --quick trains on a seeded sample of QUICK_MAX_TEXTS raw texts, cleaned and split 80/10/10 as usual.
     kept = prepare_data(Config(data=str(out / "quick-corpus.tsv"), batch_size=1)).stats.kept
     assert 0 < kept <= convergence.QUICK_MAX_TEXTS

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from jax.experimental import rnn
 
-from common.errors import ConfigError
+from common.errors import ConfigError, UnsupportedError
 from common.params import init_params
 from jax_impl.cudnn import cudnn_stack, pack_lstm_weights
 from jax_impl.model import resolve_lstm_impl
@@ -59,6 +59,12 @@ def test_cudnn_without_a_cuda_gpu_is_a_config_error_naming_the_backend():
     with pytest.raises(ConfigError, match=r"^cudnn LSTM needs a CUDA GPU; this backend is cpu$"):
         resolve_lstm_impl("cudnn", "float32", "cpu")
     with pytest.raises(ConfigError, match="computes float32 only"):
+        resolve_lstm_impl("cudnn", "float64", "gpu")
+
+
+def test_cudnn_under_bfloat16_is_unsupported_in_the_librarys_own_words():
+    words = r'jax.experimental.rnn says "bfloat16 support not implemented for LSTM"'
+    with pytest.raises(UnsupportedError, match=words):
         resolve_lstm_impl("cudnn", "bfloat16", "gpu")
 
 

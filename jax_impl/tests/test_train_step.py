@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from common.batches import batches
+from common.precision import BFLOAT16_RULES
 from jax_impl.model import model_from_config
 from common import loop
 from jax_impl.step import (TrainState, batch_to_device, create_train_state, forward, make_loss_fn, make_train_step,
@@ -195,3 +196,16 @@ def test_the_run_record_states_the_precision_and_the_xla_environment(tiny, allow
     record = JaxTwin(tiny.cfg.replace(allow_tf32=allow_tf32), len(tiny.data.vocab), tiny.device).record
     assert (record["allow_tf32"], record["matmul_precision"]) == (allow_tf32, precision)
     assert isinstance(record["xla_scatter_workaround"], bool) and isinstance(record["xla_flags"], str)
+
+
+@pytest.mark.parametrize("padding, rules", [("left", "onednn"), ("right", "native")])
+def test_bfloat16_trains_float32_parameters_and_records_what_it_computes_in_bfloat16(tiny, padding, rules):
+    cfg = tiny.cfg.replace(dtype="bfloat16", padding=padding)
+    twin = JaxTwin(cfg, len(tiny.data.vocab), tiny.device)
+    state = twin.init_state(tiny.neutral)
+    batch = next(batches(tiny.data.train, cfg.batch_size, shuffle_seed=0))
+    state, carry, loss = twin.train_step(state, twin.init_carry(), batch)
+    assert np.isfinite(loss) and twin.record["lstm_impl"] == "scan"
+    floats = {x.dtype for x in leaves((state.params, state.opt_state, carry)) if x.dtype.kind == "f"}
+    assert floats == {np.dtype(np.float32)}
+    assert twin.record["bfloat16"] == BFLOAT16_RULES[rules]
