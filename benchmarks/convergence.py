@@ -44,7 +44,8 @@ def run_twin(framework: str, cfg: Config, seed: int, out: Path, timeout_s: float
     metrics = out / "runs" / f"{twin_name(framework, cfg.dtype).replace(' ', '-')}-seed{seed}.jsonl"
     metrics.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="best-") as best:
-        run = cfg.replace(seed=seed, progress=False, metrics_out=str(metrics), save_dir=best)
+        # overwrite: the bench has already refused an --out holding results unless it was told to replace them
+        run = cfg.replace(seed=seed, progress=False, metrics_out=str(metrics), save_dir=best, overwrite=True)
         worker = harness.Worker(framework, harness.worker_environ(harness.usable_cpus(), cfg.device, best),
                                 metrics.parent)
         tic = time.perf_counter()
