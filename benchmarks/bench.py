@@ -208,10 +208,13 @@ def coverage_main(argv: list[str]) -> int:
                     "median ratio of the other runs (runs of one configuration on one machine)")
     parser.add_argument("runs", nargs="+", help="results directories or their results.json (at least 3)")
     parser.add_argument("--out", default=None, help="also write the table as Markdown to this file")
+    parser.add_argument("--rounds-only", action="store_true", help="the train and eval intervals recomputed as a "
+                        "one-level bootstrap over rounds, the replicates held fixed (for comparison)")
     ns = parser.parse_args(argv)
     if len(ns.runs) < 3:
         raise ConfigError(f"coverage: needs at least 3 runs, got {len(ns.runs)}")
     docs = [schema.read_run(x, "coverage") for x in ns.runs]
+    docs = [report.rounds_only(d) for d in docs] if ns.rounds_only else docs
     print(report.coverage(docs, ns.runs, markdown=False), end="")
     write_markdown(ns.out, report.coverage(docs, ns.runs, markdown=True))
     return 0

@@ -1,8 +1,9 @@
 """Every subprocess of the benchmark, and the paired, interleaved rounds that take every speed figure.
 
 Every mode runs its work in persistent workers (:class:`Worker`, ``python -m benchmarks.worker``): convergence asks
-one per run to train, and each speed entry (a variant at a configuration: the base run, a sweep point, a device
-count) gets its own (one per torch rank) that builds, compiles and warms the twin once. Then, round after round
+one per run to train, and each speed entry (a variant at a configuration and replicate: the base run, a sweep point,
+a device count) gets its own (one per torch rank) that builds, compiles and warms the twin once: every worker loads
+its data and twin at once, then each is set up (compiled, warmed) in turn. Then, round after round
 and for each step kind, the entries time their steps in turn, the order rotated by one place each round; an
 entry's round time is the median of its steps there. Each round records the load from other processes (``busy``:
 above half the usable cores). Every process gets a session of its own, so a timeout or Ctrl-C ends it and
@@ -213,11 +214,17 @@ class Member:
         ranks = [{**env, "RANK": str(r), "LOCAL_RANK": str(r)} if e.ranks > 1 else env for r in range(e.ranks)]
         self.entry, self.workers = e, [Worker(e.framework, env, work) for env in ranks]
 
-    def request(self, msg: dict) -> dict:
+    def send(self, msg: dict) -> None:
         for w in self.workers:
             w.send(msg)
+
+    def receive(self) -> dict:
         replies = [w.receive(self.entry.timeout_s) for w in self.workers]
         return next((r for r in replies if "error" in r or "user_error" in r), replies[0])
+
+    def request(self, msg: dict) -> dict:
+        self.send(msg)
+        return self.receive()
 
     def close(self) -> None:
         for w in self.workers:
@@ -233,15 +240,25 @@ def run(entries: list[Entry], plan: Plan, device: str, progress: bool = True) ->
     live: list[Member] = []
     with tempfile.TemporaryDirectory(prefix="bench-") as work, \
             tqdm(total=len(entries) + plan.rounds, unit="stage", file=sys.stderr, disable=not progress) as bar:
+        loading: dict[str, Member] = {}
         try:
+            # Every worker starts and loads at once (imports, corpus, vocabulary: nothing timed, mostly one thread
+            # each); once all have loaded, compiling and everything timed runs one worker at a time.
+            bar.set_description("load")
+            for e in entries:
+                loading[e.key] = Member(e, device, Path(work))
+                loading[e.key].send({"op": "load", "config": e.config, "threads": e.threads})
+            loaded = {key: member.receive() for key, member in loading.items()}
             for e in entries:
                 bar.set_description(f"set up {e.label}")
                 refused = next((x for x in out.entries.values() if x.label == e.label and x.status in ("n/a",
                                                                                                   "skipped")), None)
+                member = loading.pop(e.key)
                 if refused:  # the variant does not apply here: its other replicates would say so again
+                    member.close()
                     out.entries[e.key] = EntryResult(e.label, e.replicate, refused.status, refused.error)
                 else:
-                    live += _set_up(e, plan, device, Path(work), out.entries)
+                    live += _set_up(e, member, loaded[e.key], plan, out.entries)
                 bar.update()
             pids = [os.getpid(), *(w.proc.pid for m in live for w in m.workers)]
             for r in range(plan.rounds):
@@ -267,15 +284,15 @@ def run(entries: list[Entry], plan: Plan, device: str, progress: bool = True) ->
                 bar.update()
             _parity_and_peak([m for m in live if out.entries[m.entry.key].status == "ok"], plan, out)
         finally:
-            for m in live:
+            for m in [*live, *loading.values()]:
                 m.close()
     return out
 
 
-def _set_up(e: Entry, plan: Plan, device: str, work: Path, entries: dict[str, EntryResult]) -> list[Member]:
-    member = Member(e, device, work)
-    reply = member.request({"op": "setup", "config": e.config, "threads": e.threads,
-                            "warmup": plan.warmup, "phases": plan.phases})
+def _set_up(e: Entry, member: Member, reply: dict, plan: Plan, entries: dict[str, EntryResult]) -> list[Member]:
+    """``member``, whose load answered ``reply``, set up: ``[member]``, or ``[]`` and its entry's reason."""
+    if "loaded" in reply:
+        reply = member.request({"op": "setup", "warmup": plan.warmup, "phases": plan.phases})
     if "error" in reply or "user_error" in reply or "not_applicable" in reply:
         member.close()
         status = ("n/a" if "not_applicable" in reply else "skipped" if "user_error" in reply

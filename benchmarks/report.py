@@ -122,7 +122,8 @@ def rows_for(session: Session, configs: dict[str, dict], sweep: dict | None, pea
                 samples_per_s=median and cfg.batch_size / median, model_gflop_per_step=model,
                 executed_gflop_per_step=flops.executed_step_flops(cfg, kind, setup.vocab_size, folds) / 1e9
                 if e.setup else None, achieved_gflop_s=median and model / median,
-                utilisation=median and peak and model / median / peak,
+                # The peak is a float32 GEMM's: a row of another dtype has no utilisation against it.
+                utilisation=median and peak and cfg.dtype == "float32" and model / median / peak or None,
                 peak_mem_mb=phase.get("peak_device_mb" if info.get("device") == "cuda" else "peak_rss_mb")))
     return rows
 
@@ -283,7 +284,7 @@ def main_rows(doc: dict) -> list[list[str]]:
              f"{r['replicates']}×{r['rounds']}×{r['steps_per_round']}", _fmt(r["compile_s"], ".2f"),
              _fmt(r["first_step_s"], ".2f"), f"{r['samples_per_s']:.1f}", _fmt(r["peak_mem_mb"], ".0f"),
              f"{r['executed_gflop_per_step']:.4g}", f"{r['achieved_gflop_s']:.1f}",
-             _fmt(r["utilisation"] and 100 * r["utilisation"], ".1f") + "%"] for r in base_rows(doc)]
+             _fmt(r["utilisation"], ".1%")] for r in base_rows(doc)]
 
 
 def parts_rows(doc: dict) -> list[list[str]]:
@@ -412,6 +413,20 @@ def render(doc: dict, charts: Sequence[str] = (), markdown: bool = False) -> str
     if markdown:
         out += ["", "## Charts", ""] + [f"![{c}]({c})" for c in charts]
     return "\n".join(out) + "\n"
+
+
+def rounds_only(doc: dict) -> dict:
+    """``doc`` with its base train and eval comparisons' intervals recomputed as a one-level bootstrap over the rounds,
+    each round's replicates averaged and held fixed: what the intervals would be without resampling the workers."""
+    per = {(label(r), r["step"]): r["round_s"] for r in doc["results"] if r["sweep"] is None and r["step_s"]}
+
+    def level_one(c: dict) -> dict:
+        sides = [per[name, c["step"]] for name in (BASELINE, c["variant"])]
+        n = min(len(x) for side in sides for x in side)
+        return {**c, "ci95": paired_ratio(*([np.mean([x[:n] for x in side], axis=0)] for side in sides))[1]}
+
+    return {**doc, "comparisons": [level_one(c) for c in doc["comparisons"]
+                                   if c["sweep"] is None and c["step"] in ("train", "eval")]}
 
 
 def coverage(docs: Sequence[dict], names: Sequence[str], markdown: bool) -> str:

@@ -108,7 +108,7 @@ class Row:
     model_gflop_per_step: float  # the model's matmul FLOPs (the same for every variant: benchmarks/flops.py)
     executed_gflop_per_step: float | None  # what this variant computes (less with the embedding fold)
     achieved_gflop_s: float | None  # model GFLOP / median
-    utilisation: float | None  # achieved / the run's GEMM peak
+    utilisation: float | None  # achieved / the run's float32 GEMM peak (None for another dtype)
     peak_mem_mb: float | None  # the device's peak allocated on a GPU, else the process's peak RSS
     efficiency: float | None = None  # sweeps of devices: throughput per device / the smallest count's
 

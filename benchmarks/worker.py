@@ -1,6 +1,7 @@
 """A persistent benchmark worker, ``python -m benchmarks.worker torch|jax``: one per variant (per rank under DDP).
 
-One JSON request per line on stdin, one ``@@ {json}`` answer per line on stdout: ``setup``, ``steps`` (time ``n``
+One JSON request per line on stdin, one ``@@ {json}`` answer per line on stdout: ``load`` (the data and the twin),
+``setup`` (compile, first step, warm-up, provenance), ``steps`` (time ``n``
 steps of one kind), ``parity`` (losses with dropout 0), ``gemm`` (the float32 matmul rate), ``train`` (convergence
 mode: the trainer's whole run), ``quit``. The steps are the twins' own ``train_step`` and ``eval_step``, each ending
 in the host sync the trainers do, on the real batches.
@@ -215,7 +216,8 @@ class Bench:
         state = twin.init_state(self.params)
         return twin, state, train_steps(twin, state, self.data.train, cfg)
 
-    def setup(self, msg: dict) -> dict:
+    def load(self, msg: dict) -> dict:
+        """The data and the twin, nothing timed: the harness has every worker load at once."""
         self.cfg = cfg = Config(**msg["config"])
         self.data = prepare_data(cfg)
         full = [b for b in batches(self.data.val, cfg.batch_size) if b.size == cfg.batch_size]  # one shape to time
@@ -224,6 +226,11 @@ class Bench:
         self.twin, self.state, self.train = self.build(cfg)  # evaluation reads the latest state
         self.side.adopt(self.twin, cfg)
         self.evals = 0
+        return {"loaded": True}
+
+    def setup(self, msg: dict) -> dict:
+        """Compile, the first step, warm-up and provenance, each step kind in turn (one worker at a time)."""
+        cfg = self.cfg
         first = next(batches(self.data.train, cfg.batch_size, shuffle_seed=cfg.seed))
         out = {"vocab_size": len(self.data.vocab), "info": self.side.info(), "phases": {},
                "record": {k: v for k, v in self.twin.record.items() if isinstance(v, (str, int, float, bool))}}
@@ -273,8 +280,10 @@ class Bench:
 
     def handle(self, msg: dict) -> dict:
         op, n = msg["op"], msg.get("n")
-        if op in ("setup", "train"):  # the first request: it sets the framework's threads before anything runs
+        if op in ("load", "train"):  # the first request: it sets the framework's threads before anything runs
             self.side = self.side or (TorchSide if self.framework == "torch" else JaxSide)(msg["threads"])
+        if op == "load":
+            return self.load(msg)
         if op == "setup":
             return self.setup(msg)
         if op == "train":  # convergence mode: the trainer's whole run

@@ -316,3 +316,23 @@ def test_coverage_refuses_runs_with_no_comparison_in_common():
     with pytest.raises(ConfigError, match="no comparison in common"):
         report.coverage([_run_with({("jax:jit", "train"): (1, 1, 1)}), _run_with({("jax:scan", "eval"): (1, 1, 1)}),
                          _run_with({("jax:jit", "train"): (1, 1, 1)})], ["a", "b", "c"], markdown=False)
+
+
+def test_rounds_only_intervals_hold_the_replicates_fixed_and_so_miss_their_spread():
+    # jax:jit's two workers: one twice as fast as the other in every round. Resampled, the replicates span ratios
+    # 1 to 2; held fixed (averaged per round), every round gives 0.2 / 0.15, an interval of no width.
+    session = _session(**{"slow": _entry("jax:jit", [0.2] * 5, [0.1] * 5, "fused", replicate=2)})
+    session.entries["jax:jit#1"].round_s = {"train": [0.1] * 5, "eval": [0.05] * 5}
+    doc = _doc(session)
+    train = next(c for c in doc["comparisons"] if (c["variant"], c["step"]) == ("jax:jit", "train"))
+    assert train["ci95"] == pytest.approx([1.0, 2.0])
+    fixed = next(c for c in report.rounds_only(doc)["comparisons"] if c["variant"] == "jax:jit" and c["step"] == "train")
+    assert fixed["ci95"] == pytest.approx([0.2 / 0.15, 0.2 / 0.15]) and fixed["ratio"] == train["ratio"]
+
+
+def test_a_bfloat16_row_has_no_utilisation_against_the_float32_gemm_peak():
+    session = _session()
+    configs = {**_configs(session), "jax:jit": {**CFG, "dtype": "bfloat16"}}
+    rows = report.rows_for(session, configs, None, peak=1.0)
+    by = {(r.variant, r.step): r for r in rows}
+    assert by["jit", "train"].utilisation is None and by["eager", "train"].utilisation > 0

@@ -44,7 +44,9 @@ def test_a_variant_the_library_cannot_compute_is_not_applicable_with_its_reason(
               "embed_dim": 4, "hidden_dim": 4, "dtype": "bfloat16", "lstm_impl": "fused", "progress": False}
     entries = {}
     entry = harness.Entry("jax:nofold", "jax", config, timeout_s=120)
-    assert harness._set_up(entry, harness.Plan(5, 1, 1, 0), "cpu", tmp_path, entries) == []
+    member = harness.Member(entry, "cpu", tmp_path)
+    reply = member.request({"op": "load", "config": config, "threads": 1})
+    assert harness._set_up(entry, member, reply, harness.Plan(5, 1, 1, 0), entries) == []
     result = entries[entry.key]
     assert (result.status, result.setup) == ("n/a", None)
     assert result.error.startswith("--lstm-impl fused does not implement bfloat16's mixed precision")

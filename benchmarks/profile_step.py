@@ -1,0 +1,73 @@
+"""Where the JAX twin's training step spends its time, op by op: ``python -m benchmarks.profile_step [--steps N]
+[Config flags, e.g. --no-embed-fold]``.
+
+Builds the twin as ``jax_impl.train`` does, warms it up, traces ``--steps`` training steps with ``jax.profiler``
+(Perfetto's trace, read back here: no TensorBoard needed) and prints the milliseconds per step of each compiled op
+(XLA:CPU's fusions and library calls: ``ynn_fusion`` is a matmul on YNNPACK), its calls per step, and the share of
+the step. Ops of one step may run side by side on the CPU's threads, so the column can sum to more than the step.
+"""
+import argparse
+import gzip
+import itertools
+import json
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+
+from jax_impl import xla_env
+
+xla_env.configure()  # before JAX's backend starts
+
+import jax  # noqa: E402
+
+from common.config import parse_config  # noqa: E402
+from common.errors import cli_main  # noqa: E402
+from common.data import prepare_data  # noqa: E402
+from common.loop import train_steps  # noqa: E402
+from common.params import init_params  # noqa: E402
+from jax_impl.train import twin_maker  # noqa: E402
+
+PROG = "python -m benchmarks.profile_step"
+# Host-side frames and waits that enclose the ops rather than being ops.
+ENCLOSING = ("ThunkExecutor", "PjitFunction", "PjRt", "$", "np.asarray", "SlinkyThreadPool", "Execute")
+
+
+@cli_main
+def main(argv: list[str]) -> int:
+    own = argparse.ArgumentParser(add_help=False)
+    own.add_argument("--steps", type=int, default=3)  # traced training steps
+    ns, rest = own.parse_known_args(argv)
+    steps = max(1, ns.steps)
+    cfg = parse_config([*rest, "--no-progress"], PROG, __doc__.split("\n\n")[0])
+    data = prepare_data(cfg)
+    with twin_maker(cfg) as make_twin, tempfile.TemporaryDirectory() as trace:
+        twin = make_twin(cfg, len(data.vocab))
+        params = init_params(len(data.vocab), cfg.embed_dim, cfg.hidden_dim, cfg.layers, seed=cfg.seed)
+        run = train_steps(twin, twin.init_state(params), data.train, cfg)
+        for _ in itertools.islice(run, 3):  # compile and warm up
+            pass
+        jax.profiler.start_trace(trace, create_perfetto_trace=True)
+        start = time.perf_counter()
+        for _ in itertools.islice(run, steps):
+            pass
+        wall_ms = (time.perf_counter() - start) / steps * 1e3
+        jax.profiler.stop_trace()
+        events = json.load(gzip.open(next(Path(trace).rglob("*.trace.json.gz"))))["traceEvents"]
+    total, calls = Counter(), Counter()
+    for e in events:
+        if e.get("ph") == "X" and "dur" in e and not e["name"].startswith(ENCLOSING):
+            total[e["name"]] += e["dur"] / 1e3 / steps
+            calls[e["name"]] += 1 / steps
+    print(f"JAX training step ({twin.record['lstm_impl']}, B {cfg.batch_size}, T {cfg.seq_len}, H {cfg.hidden_dim}): "
+          f"{wall_ms:.1f} ms per step over {steps} traced steps; ops above 1% of it:")
+    print(f"{'ms/step':>9}  {'calls':>6}  {'share':>6}  op")
+    for name, ms in total.most_common():
+        if ms >= 0.01 * wall_ms:
+            print(f"{ms:9.1f}  {calls[name]:6.0f}  {ms / wall_ms:6.1%}  {name}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
