@@ -25,13 +25,12 @@ from common.runstate import DIGITS, PREFIX, Progress, step_dir
 STATE_ITEM, PROGRESS_ITEM = "train_state", "progress"
 
 
-def _manager(root: Path, keep: int | None = None) -> ocp.CheckpointManager:
-    """A manager over ``root`` whose step directories are named as common.runstate names them; ``keep``: write
-    access, keeping the newest ``keep`` steps (else read-only)."""
+def _manager(root: Path, keep: int) -> ocp.CheckpointManager:
+    """A manager over ``root`` whose step directories are named as common.runstate names them, keeping the newest
+    ``keep`` steps."""
     options = ocp.CheckpointManagerOptions(
         step_name_format=ocp.step.standard_name_format(step_prefix=PREFIX.rstrip("_"), step_format_fixed_length=DIGITS),
-        preservation_policy=ocp.checkpoint_managers.LatestN(keep) if keep else None,
-        create=keep is not None, read_only=keep is None)
+        preservation_policy=ocp.checkpoint_managers.LatestN(keep), create=True)
     return ocp.CheckpointManager(root.absolute(), options=options)
 
 
@@ -63,8 +62,10 @@ def load_training_state(path: str | Path, template_state: Any, template_carry: A
     template = _payload(template_state, template_carry)
     abstract = jax.tree_util.tree_map(ocp.utils.to_shape_dtype_struct, template)
     try:
-        with _manager(path.parent) as manager:
-            restored = manager.restore(int(path.name[len(PREFIX):]), args=ocp.args.Composite(**{
+        # One step directory, read as the manager wrote it (its items are a composite's), without a manager: a
+        # read-only one would log warnings on every resume, and one with write access is not needed.
+        with ocp.Checkpointer(ocp.CompositeCheckpointHandler()) as checkpointer:
+            restored = checkpointer.restore(path, args=ocp.args.Composite(**{
                 STATE_ITEM: ocp.args.StandardRestore(abstract), PROGRESS_ITEM: ocp.args.JsonRestore()}))
     except Exception as err:  # Orbax raises many types (ValueError, OSError, tensorstore errors, ...)
         first = (str(err).strip().splitlines() or [""])[0][:200]
