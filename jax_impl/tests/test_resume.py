@@ -1,5 +1,6 @@
 """Training checkpoints: a run killed with SIGKILL and resumed ends bitwise where an uninterrupted run ends;
 a damaged checkpoint is detected, named, and the previous one is used."""
+import logging
 import os
 import shutil
 import signal
@@ -99,6 +100,13 @@ def test_a_killed_run_resumes_to_bitwise_the_same_end(small, reference, tmp_path
     # The best-validation neutral checkpoint too.
     best_ref, best_res = (load_checkpoint(d / "best").params for d in (reference, tmp_path))
     assert all(np.array_equal(best_ref[k], best_res[k]) for k in best_ref)
+
+
+def test_reading_a_checkpoint_logs_no_warning(small, reference, caplog):
+    with caplog.at_level(logging.WARNING):  # Orbax logs through absl, which hands its records to logging
+        progress, _ = load_state(small, checkpoint_dirs(reference / RUN_DIR)[-1][1])
+    assert progress.step == 24
+    assert [record.getMessage() for record in caplog.records] == []
 
 
 def damage(path: Path) -> None:
