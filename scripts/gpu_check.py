@@ -27,7 +27,6 @@ import signal
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -99,6 +98,13 @@ def stop(proc: subprocess.Popen, grace_s: float) -> int:
     return proc.wait()
 
 
+def _sigint_default() -> None:
+    """Run in a stage's process before it starts: SIGINT back to its default. Started with SIGINT ignored (as a
+    shell's background job is), Python would never raise KeyboardInterrupt, so the stage could not stop at SIGINT
+    with what it has written."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def run_stage(command: list[str], log: Path, env: dict, limit_s: float, grace_s: float = GRACE_S) -> StageResult:
     """``command`` with its output in ``log``; at ``limit_s`` SIGINT to it and all its processes, SIGKILL ``grace_s``
     later to every one still there (and any they started meanwhile)."""
@@ -107,7 +113,7 @@ def run_stage(command: list[str], log: Path, env: dict, limit_s: float, grace_s:
         out.write(f"$ {' '.join(command)}\n")
         out.flush()
         proc = subprocess.Popen(command, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, start_new_session=True)
+                                stdin=subprocess.DEVNULL, start_new_session=True, preexec_fn=_sigint_default)
         try:
             code, stopped = proc.wait(timeout=max(0.0, limit_s)), False
         except subprocess.TimeoutExpired:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -62,8 +63,9 @@ def _script(tmp_path: Path, body: str) -> list[str]:
     return [sys.executable, str(path)]
 
 
-def test_a_stage_past_its_limit_gets_sigint_and_keeps_what_it_wrote(tmp_path):
-    command = _script(tmp_path, f"""
+def _saving_stage(tmp_path: Path) -> list[str]:
+    """A stage that sleeps, and at SIGINT writes partial.txt and exits 130."""
+    return _script(tmp_path, f"""
         import time
         try:
             time.sleep(60)
@@ -71,11 +73,26 @@ def test_a_stage_past_its_limit_gets_sigint_and_keeps_what_it_wrote(tmp_path):
             open({str(tmp_path / 'partial.txt')!r}, "w").write("what was done")
             raise SystemExit(130)
     """)
-    result = gpu_check.run_stage(command, tmp_path / "stage.log", dict(os.environ), limit_s=1.0, grace_s=10)
+
+
+def test_a_stage_past_its_limit_gets_sigint_and_keeps_what_it_wrote(tmp_path):
+    command = _saving_stage(tmp_path)
+    result = gpu_check.run_stage(command, tmp_path / "stage.log", dict(os.environ), limit_s=3.0, grace_s=30)
     assert (result.status, result.exit) == ("stopped", 130)
-    assert 1.0 <= result.seconds < 9  # it went at SIGINT: no wait for the SIGKILL
+    assert 3.0 <= result.seconds < 20  # it went at SIGINT: no wait for the SIGKILL
     assert (tmp_path / "partial.txt").read_text() == "what was done"
     assert (tmp_path / "stage.log").read_text().startswith(f"$ {' '.join(command)}\n")
+
+
+def test_a_stage_gets_sigint_even_where_gpu_check_runs_with_it_ignored(tmp_path):
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)  # as in a shell's background job
+    try:
+        result = gpu_check.run_stage(_saving_stage(tmp_path), tmp_path / "stage.log", dict(os.environ), limit_s=3.0,
+                                     grace_s=30)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert (result.status, result.exit) == ("stopped", 130)
+    assert (tmp_path / "partial.txt").read_text() == "what was done"
 
 
 def test_sigkill_reaches_processes_in_sessions_of_their_own(tmp_path):
