@@ -28,9 +28,10 @@ import subprocess
 import sys
 import tempfile
 import time
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -98,11 +99,20 @@ def stop(proc: subprocess.Popen, grace_s: float) -> int:
     return proc.wait()
 
 
-def _sigint_default() -> None:
-    """Run in a stage's process before it starts: SIGINT back to its default. Started with SIGINT ignored (as a
-    shell's background job is), Python would never raise KeyboardInterrupt, so the stage could not stop at SIGINT
-    with what it has written."""
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
+@contextmanager
+def sigint_not_ignored() -> Iterator[None]:
+    """SIGINT caught, not ignored, in this process inside the block, so that a process started there gets SIGINT at
+    its default (exec resets a caught signal, and keeps an ignored one). A stage started with SIGINT ignored (as in a
+    shell's background job) would never raise KeyboardInterrupt, so it could not stop at SIGINT with what it has
+    written. Not ``preexec_fn``: that runs Python in a forked child, unsafe in a process with threads."""
+    if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
+        yield
+        return
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def run_stage(command: list[str], log: Path, env: dict, limit_s: float, grace_s: float = GRACE_S) -> StageResult:
@@ -112,8 +122,9 @@ def run_stage(command: list[str], log: Path, env: dict, limit_s: float, grace_s:
     with open(log, "w", encoding="utf-8") as out:
         out.write(f"$ {' '.join(command)}\n")
         out.flush()
-        proc = subprocess.Popen(command, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, start_new_session=True, preexec_fn=_sigint_default)
+        with sigint_not_ignored():
+            proc = subprocess.Popen(command, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
+                                    stdin=subprocess.DEVNULL, start_new_session=True)
         try:
             code, stopped = proc.wait(timeout=max(0.0, limit_s)), False
         except subprocess.TimeoutExpired:
