@@ -28,6 +28,8 @@ REFERENCE = f"{BASELINE} float32"  # the parity curve of a bfloat16 run's rows: 
 def parity_tol(dtype: str) -> float:
     """The largest max |Δloss| a row of ``dtype`` may show against its reference curve."""
     return BFLOAT16_BAND if dtype == "bfloat16" else PARITY_TOL
+
+
 PARTS = ("forward", "backward", "optimizer")
 METHOD = (f"median over paired, interleaved rounds of baseline s / variant s, each the mean of its replicates; 95% "
           f"interval: two-level percentile bootstrap, replicates then rounds ({RESAMPLES} resamples, seed 0)")
@@ -59,6 +61,12 @@ def paired_ratio(base_s: Sequence[Sequence[float]], variant_s: Sequence[Sequence
     picked = np.take_along_axis(per_round, rng.integers(0, n, size=(RESAMPLES, n)), axis=1)
     low, high = np.percentile(np.median(picked, axis=1), [2.5, 97.5])
     return float(np.median(b.mean(axis=0) / v.mean(axis=0))), [float(low), float(high)]
+
+
+def round_means(replicates: Sequence[Sequence[float]]) -> np.ndarray:
+    """Seconds per [replicate][round] → each round's mean over the replicates, over the rounds all of them have."""
+    n = min(map(len, replicates))
+    return np.mean([r[:n] for r in replicates], axis=0)
 
 
 def by_variant(session: Session) -> dict[str, list[EntryResult]]:
@@ -325,7 +333,7 @@ def dtype_costs(doc: dict) -> list[str]:
         other = at.get((name, kind, "float32"))
         if value != "bfloat16" or other is None:
             continue
-        f32, bf16 = (np.mean([x[:min(map(len, y["round_s"]))] for x in y["round_s"]], axis=0) for y in (other, r))
+        f32, bf16 = (round_means(y["round_s"]) for y in (other, r))
         draws = [np.median(rng.choice(f32, (RESAMPLES, len(f32))), axis=1),
                  np.median(rng.choice(bf16, (RESAMPLES, len(bf16))), axis=1)]
         low, high = np.percentile(draws[0] / draws[1], [2.5, 97.5])
@@ -421,9 +429,8 @@ def rounds_only(doc: dict) -> dict:
     per = {(label(r), r["step"]): r["round_s"] for r in doc["results"] if r["sweep"] is None and r["step_s"]}
 
     def level_one(c: dict) -> dict:
-        sides = [per[name, c["step"]] for name in (BASELINE, c["variant"])]
-        n = min(len(x) for side in sides for x in side)
-        return {**c, "ci95": paired_ratio(*([np.mean([x[:n] for x in side], axis=0)] for side in sides))[1]}
+        sides = [[round_means(per[name, c["step"]])] for name in (BASELINE, c["variant"])]  # one "replicate" each
+        return {**c, "ci95": paired_ratio(*sides)[1]}
 
     return {**doc, "comparisons": [level_one(c) for c in doc["comparisons"]
                                    if c["sweep"] is None and c["step"] in ("train", "eval")]}

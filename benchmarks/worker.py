@@ -248,7 +248,7 @@ class Bench:
             out["phases"][kind] = {**phase, "peak_device_mb": self.side.peak_device_mb(),
                                    "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}  # KiB
             if kind == "train":  # what ran the LSTM, read once it is warm, and the float rules it ran under
-                out["provenance"] = {**self.side.provenance(self, hlo), "precision": self.side.info()["precision"],
+                out["provenance"] = {**self.side.provenance(self, hlo), "precision": out["info"]["precision"],
                                      "flush_denormal": self.twin.record["flush_denormal"],
                                      **{k: self.twin.record[k] for k in ("lstm_kernel", "bfloat16")
                                         if k in self.twin.record}}  # what ran in bfloat16, by the twin's rules

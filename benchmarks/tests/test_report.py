@@ -326,7 +326,8 @@ def test_rounds_only_intervals_hold_the_replicates_fixed_and_so_miss_their_sprea
     doc = _doc(session)
     train = next(c for c in doc["comparisons"] if (c["variant"], c["step"]) == ("jax:jit", "train"))
     assert train["ci95"] == pytest.approx([1.0, 2.0])
-    fixed = next(c for c in report.rounds_only(doc)["comparisons"] if c["variant"] == "jax:jit" and c["step"] == "train")
+    fixed = next(c for c in report.rounds_only(doc)["comparisons"]
+                 if c["variant"] == "jax:jit" and c["step"] == "train")
     assert fixed["ci95"] == pytest.approx([0.2 / 0.15, 0.2 / 0.15]) and fixed["ratio"] == train["ratio"]
 
 
