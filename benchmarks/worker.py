@@ -11,17 +11,16 @@ from __future__ import annotations
 import itertools
 import json
 import os
-import re
 import resource
 import sys
 import time
 import traceback
-from collections import Counter
 from contextlib import ExitStack
 
 import numpy as np
 
-from benchmarks.harness import REPLY_TAG, usable_cpus
+from benchmarks.harness import REPLY_TAG
+from benchmarks.sides import JaxSide, TorchSide, gemm_gflop_s
 from common.batches import batches
 from common.config import Config
 from common.data import prepare_data
@@ -30,157 +29,12 @@ from common.loop import train_steps
 from common.params import init_params
 
 
-def gemm_gflop_s(matmul, a, b, sync=lambda x: x, repeats: int = 8) -> float:
-    """The one peak timer: best of ``repeats`` float32 ``(n, n) @ (n, n)`` products, GFLOP/s."""
-    sync(matmul(a, b))
-    best = float("inf")
-    for _ in range(repeats):
-        start = time.perf_counter()
-        sync(matmul(a, b))
-        best = min(best, time.perf_counter() - start)
-    return 2 * a.shape[0] ** 3 / best / 1e9
-
-
-class TorchSide:
-    """What timing the PyTorch twin needs beyond the twin: threads, the GPU sync, the device, the GEMM rate."""
-
-    def __init__(self, threads: int):
-        import torch
-        from torch_impl import train
-        torch.set_num_threads(threads)
-        self.torch, self.trainer = torch, train
-
-    def adopt(self, twin, cfg: Config) -> None:
-        self.device = self.torch.device(twin.record["device"])
-
-    def sync(self) -> None:
-        if self.device.type == "cuda":
-            self.torch.cuda.synchronize()
-
-    def info(self) -> dict:
-        t, gpu = self.torch, self.device.type == "cuda"
-        return {"device": "cuda" if gpu else "cpu",
-                "device_name": t.cuda.get_device_name(self.device) if gpu else "cpu",
-                "threads": {"torch_intra_op": t.get_num_threads(), "torch_inter_op": t.get_num_interop_threads()},
-                "precision": {"float32_matmul_precision": t.get_float32_matmul_precision(),
-                              "cuda_matmul_allow_tf32": t.backends.cuda.matmul.allow_tf32,
-                              "cudnn_allow_tf32": t.backends.cudnn.allow_tf32}}
-
-    def peak_device_mb(self) -> float | None:
-        return self.torch.cuda.max_memory_allocated() / 2**20 if self.device.type == "cuda" else None
-
-    def gemm(self, n: int) -> dict:
-        """The float32 GEMM rate at the precision the twin runs (TF32 only under --allow-tf32, on a GPU)."""
-        gen = self.torch.Generator().manual_seed(0)
-        a, b = (self.torch.randn(n, n, generator=gen).to(self.device) for _ in range(2))
-        tf32 = self.device.type == "cuda" and self.torch.backends.cuda.matmul.allow_tf32
-        return {"gflop_s": gemm_gflop_s(self.torch.matmul, a, b, lambda x: self.sync()),
-                "precision": "tf32" if tf32 else "float32"}
-
-    def provenance(self, bench, hlo: str | None) -> dict:
-        """The ops that ran the LSTM in one training step (``torch.profiler``) and the dtypes they computed in
-        (:func:`lstm_op_dtypes`), the oneDNN and cuDNN versions, and under --torch-compile what Dynamo made of the
-        first call (``dynamo:lstm`` among the kernels when it compiled the LSTM)."""
-        from torch.profiler import ProfilerActivity, profile
-        activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if self.device.type == "cuda" else [])
-        with profile(activities=activities, record_shapes=True) as prof:
-            bench.steps("train", 1)
-        events = [e for e in prof.events() if not e.name.startswith("autograd::engine")]
-        ops = sorted({e.name for e in events if re.search("rnn|lstm", e.name, re.I)})
-        onednn = re.search(r"(?:MKL-DNN|oneDNN) v(\S+)", self.torch.__config__.show())
-        out = {"kernels": ops, "kernel_dtypes": lstm_op_dtypes(events), "onednn": onednn and onednn[1],
-               "cudnn": self.torch.backends.cudnn.version() if self.device.type == "cuda" else None}
-        if bench.cfg.torch_compile:
-            out["dynamo"] = dynamo = self.compile_counters()
-            if dynamo["unique_graphs"] and not any(re.search("lstm|rnn", r, re.I) for r in dynamo["unimplemented"]):
-                out["kernels"].append("dynamo:lstm")
-        return out
-
-    def compile_counters(self) -> dict:
-        """What Dynamo did: frames traced, graphs, graph breaks, what it refused (each reason's first line), and
-        the first refusal as ``reason``."""
-        from torch._dynamo.utils import counters
-        refused: Counter = Counter()
-        for reason, n in counters.get("unimplemented", {}).items():
-            refused[(reason.strip().splitlines() or ["?"])[0][:160]] += n
-        return {"frames_total": counters["frames"].get("total", 0), "frames_ok": counters["frames"].get("ok", 0),
-                "unique_graphs": counters["stats"].get("unique_graphs", 0),
-                "graph_breaks": sum(counters["graph_break"].values()), "unimplemented": dict(refused),
-                "reason": "Dynamo: " + (next(iter(refused), None) or "no graph compiled")}
-
-
-DTYPE_NAMES = {"float": "f32", "double": "f64", "c10::BFloat16": "bf16", "c10::Half": "f16"}
-
-
-def lstm_op_dtypes(events) -> dict[str, list[str]]:
-    """Each LSTM op of a profiled step (an RNN op, or a matmul that ``aten::lstm`` runs itself: its ATen cell) → the
-    dtypes of the floating-point tensors it received, in its innermost call (autocast calls an op again, on the cast
-    inputs)."""
-    def inside_lstm(e) -> bool:
-        while e is not None:
-            if e.name == "aten::lstm":
-                return True
-            e = e.cpu_parent
-        return False
-
-    out: dict[str, set[str]] = {}
-    for e in events:
-        own = re.search("rnn|lstm", e.name, re.I) and e.name != "aten::lstm"
-        cell = e.name in ("aten::mm", "aten::addmm") and inside_lstm(e)
-        if (own or cell) and not any(c.name == e.name for c in e.cpu_children):
-            out.setdefault(e.name, set()).update(DTYPE_NAMES[d] for d in e.input_dtypes if d in DTYPE_NAMES)
-    return {k: sorted(v) for k, v in sorted(out.items())}
-
-
-class JaxSide:
-    """The same for the JAX twin."""
-
-    def __init__(self, threads: int):
-        from jax_impl import xla_env
-        xla_env.configure()  # XLA settings that must precede the backend's start
-        import jax
-        from jax_impl import step, train
-        self.jax, self.xla_env, self.step_module, self.trainer = jax, xla_env, step, train
-
-    def adopt(self, twin, cfg: Config) -> None:
-        self.device, self.precision = self.step_module.resolve_device(cfg.device), twin.record["matmul_precision"]
-
-    def sync(self) -> None:
-        pass  # every step driven here ends by reading a number from the device
-
-    def provenance(self, bench, hlo: str) -> dict:
-        """The implementation that ran and what the compiled training step holds (:func:`hlo_summary`)."""
-        summary = hlo_summary(hlo)
-        return {"kernels": [f"impl:{bench.twin.record['lstm_impl']}", *summary["custom_calls"]], **summary}
-
-    def info(self) -> dict:
-        d = self.device
-        return {"device": "cuda" if d.platform == "gpu" else d.platform,
-                "device_name": d.device_kind if d.platform != "cpu" else "cpu", "xla_env": self.xla_env.record(),
-                "threads": {"xla_cpu_pool": usable_cpus(), "XLA_FLAGS": os.environ.get("XLA_FLAGS", "")},
-                "precision": {"jax_default_matmul_precision": str(self.jax.config.jax_default_matmul_precision),
-                              "jax_impl_precision": self.precision}}
-
-    def peak_device_mb(self) -> float | None:
-        stats = self.device.memory_stats() or {}
-        return stats["peak_bytes_in_use"] / 2**20 if "peak_bytes_in_use" in stats else None
-
-    def gemm(self, n: int) -> dict:
-        """The float32 GEMM rate at the twin's matmul precision: HIGHEST (full float32) unless --allow-tf32."""
-        import jax.numpy as jnp
-        precision = self.jax.lax.Precision[self.precision.upper()]
-        a, b = (self.jax.device_put(self.jax.random.normal(k, (n, n), jnp.float32), self.device)
-                for k in self.jax.random.split(self.jax.random.PRNGKey(0)))
-        matmul = self.jax.jit(lambda x, y: jnp.matmul(x, y, precision=precision))
-        return {"gflop_s": gemm_gflop_s(matmul, a, b, self.jax.block_until_ready), "precision": self.precision}
-
-
 class PartsTimed:
-    """A twin whose ``train_step`` times its parts (``train_step_parts``) while ``timing`` is set, so that the
-    training steps of every round, whole or in parts, are one trajectory through ``train_steps``."""
+    """A twin whose ``train_step`` times its parts (the framework side's ``train_step_parts``) while ``timing`` is set,
+    so that the training steps of every round, whole or in parts, are one trajectory through ``train_steps``."""
 
-    def __init__(self, twin, sync):
-        self.twin, self.sync, self.timing, self.parts = twin, sync, False, None
+    def __init__(self, twin, side):
+        self.twin, self.side, self.timing, self.parts = twin, side, False, None
 
     def __getattr__(self, name: str):
         return getattr(self.twin, name)
@@ -188,17 +42,8 @@ class PartsTimed:
     def train_step(self, state, carry, batch):
         if not self.timing:
             return self.twin.train_step(state, carry, batch)
-        state, carry, loss, self.parts = self.twin.train_step_parts(state, carry, batch, self.sync)
+        state, carry, loss, self.parts = self.side.train_step_parts(self.twin, state, carry, batch)
         return state, carry, loss
-
-
-def hlo_summary(hlo: str) -> dict:
-    """What a compiled XLA module holds: its while loops (those carrying floating-point arrays: the recurrences;
-    the others are the dropout key's bit generator) and its custom calls (cuDNN's LSTM is ``cudnn_rnn_ffi``)."""
-    loops = [line.split(" while(")[0] for line in hlo.splitlines() if " while(" in line]
-    floats = sum(bool(re.search(r"\b(f32|f64|bf16)\[", x)) for x in loops)
-    return {"while_loops": len(loops), "float_while_loops": floats,
-            "custom_calls": sorted(set(re.findall(r'custom_call_target="([^"]+)"', hlo)))}
 
 
 class Bench:
@@ -212,7 +57,7 @@ class Bench:
         """``(twin, state, its training steps)``: a twin made as its trainer makes it (the trainer's set-up entered
         once), its state from the shared initial weights."""
         self.make_twin = self.make_twin or self.exits.enter_context(self.side.trainer.twin_maker(cfg))
-        twin = PartsTimed(self.make_twin(cfg, len(self.data.vocab)), self.side.sync)
+        twin = PartsTimed(self.make_twin(cfg, len(self.data.vocab)), self.side)
         state = twin.init_state(self.params)
         return twin, state, train_steps(twin, state, self.data.train, cfg)
 
@@ -238,7 +83,7 @@ class Bench:
             if kind == "parts":  # the parts' own functions compile in their first call: warmed, not reported
                 self.steps("parts", 1 + msg["warmup"])
                 continue
-            phase = self.twin.compile(self.state, "eval" if kind == "eval" else "train",
+            phase = self.side.compile(self.twin, self.state, "eval" if kind == "eval" else "train",
                                       self.eval[0] if kind == "eval" else first)
             hlo = phase.pop("hlo", None)
             phase["first_step_s"] = self.steps(kind, 1)[0]

@@ -75,15 +75,6 @@ class Twin(Protocol):
         """Read the training checkpoint in ``path`` (shaped like ``state`` and ``carry``); damage is a
         ``CheckpointError`` naming the file."""
 
-    def train_step_parts(self, state: Any, carry: Any, batch: Batch, sync: Callable[[], None]
-                         ) -> tuple[Any, Any, float, dict[str, float]]:
-        """:meth:`train_step`, and the seconds of its parts: ``forward`` (the loss), ``backward`` (the gradient),
-        ``optimizer`` (clip and Adam), each clock reading after ``sync()``. Used by the benchmark only."""
-
-    def compile(self, state: Any, kind: str, batch: Batch) -> dict[str, Any]:
-        """Compile the ``kind`` ("train" or "eval") step for ``batch``'s shapes ahead of its first call, where the
-        framework does that: ``{"lower_s", "compile_s", ...}`` in seconds, or ``{}``. Used by the benchmark only."""
-
 
 @dataclass(frozen=True)
 class TrainStep:

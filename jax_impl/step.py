@@ -179,15 +179,6 @@ def make_train_step(model: SentimentRNN, cfg: Config, *, truncate_chunks: bool =
     return jax.jit(train_step, donate_argnums=(0,))
 
 
-def make_train_step_parts(model: SentimentRNN, cfg: Config) -> tuple[Callable, Callable, Callable]:
-    """The training step as three jitted functions, to time apart: ``loss(params, carry, batch, dropout_key) ->
-    (loss, new_carry)`` (the forward pass), the same with its gradient, ``((loss, new_carry), grads)`` (forward and
-    backward), and :func:`make_update`'s ``update`` (the optimizer). Together they compute :func:`make_train_step`'s
-    step; XLA fuses the whole step across the parts, so their times add up to a little more than the step's."""
-    loss_fn = make_loss_fn(model, cfg)
-    return jax.jit(loss_fn), jax.jit(jax.value_and_grad(loss_fn, has_aux=True)), jax.jit(make_update(cfg))
-
-
 def make_eval_step(model: SentimentRNN, cfg: Config) -> Callable[[Any, DeviceBatch], tuple[jax.Array, jax.Array]]:
     """The jitted ``eval_step(params, batch) -> (loss_sum, correct)``: from a zero carry, no dropout; sums
     weighted by ``batch["weights"]`` (padding rows weigh 0)."""

@@ -7,7 +7,6 @@ lines over the pure, jitted steps of :mod:`jax_impl.step`, where the seed's ``h.
 only where arrays are placed changes (:mod:`jax_impl.distributed`).
 """
 import math
-import time
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
@@ -27,7 +26,7 @@ from jax_impl.distributed import from_main_process, initialize_from_environment,
 from jax_impl.model import model_from_config, param_dtype_for, resolve_lstm_impl
 from jax_impl.state import load_training_state, save_training_state
 from jax_impl.step import (TrainState, batch_to_device, create_train_state, make_eval_step, make_train_step,
-                           make_train_step_parts, padded_eval_batch, resolve_device, resolve_dtype)
+                           padded_eval_batch, resolve_device, resolve_dtype)
 
 PROG = "python -m jax_impl.train"
 
@@ -46,7 +45,6 @@ class JaxTwin:
         self.is_main = is_main_process()
         self.key = put_key(jax.random.key(cfg.seed), self.place.replicated)  # dropout: fold_in(key, step)
         self.step, self.evaluate = make_train_step(self.model, cfg), make_eval_step(self.model, cfg)
-        self.step_parts = make_train_step_parts(self.model, cfg)  # the benchmark's (compiled on first use)
         self.record = {"framework": "jax", "jax": jax.__version__, "device": self.place.describe(),
                        "devices": self.place.devices, "dtype": cfg.dtype, "lstm_impl": self.model.lstm_impl,
                        "flush_denormal": device.platform == "cpu", "allow_tf32": cfg.allow_tf32,
@@ -54,41 +52,6 @@ class JaxTwin:
         if cfg.dtype == "bfloat16":  # what the model computes in bfloat16 (scan: PyTorch's autocast, flax: Flax's)
             rules = "flax" if self.model.lstm_impl == "flax" else "native" if cfg.padding == "right" else "onednn"
             self.record["bfloat16"] = BFLOAT16_RULES[rules]
-
-    def compile(self, state: TrainState, kind: str, batch) -> dict[str, Any]:
-        """Lower and compile the jitted ``kind`` ("train" or "eval") step for ``batch``'s shapes ahead of its first
-        call, which then reuses the executable: ``lower_s``, ``compile_s`` (lowering included), and ``hlo``, the
-        compiled module's text."""
-        start = time.perf_counter()
-        lowered = (self.step.lower(state, self.init_carry(), batch_to_device(batch, self.place.data), self.key)
-                   if kind == "train" else
-                   self.evaluate.lower(state.params, padded_eval_batch(batch, self.cfg.batch_size, self.place.data)))
-        lower_s = time.perf_counter() - start
-        compiled = lowered.compile()
-        return {"lower_s": lower_s, "compile_s": time.perf_counter() - start, "hlo": compiled.as_text()}
-
-    def train_step_parts(self, state: TrainState, carry: Any, batch, sync: Callable[[], None]
-                         ) -> tuple[TrainState, Any, float, dict[str, float]]:
-        """:meth:`train_step` as its three jitted parts (``make_train_step_parts``), each waited for, and their
-        seconds: ``forward`` (the loss), ``backward`` (loss and gradient, less the forward's time), ``optimizer``."""
-        loss_of, grads_of, update = self.step_parts
-        device_batch, key = batch_to_device(batch, self.place.data), jax.random.fold_in(self.key, state.step)
-        clock = [time.perf_counter()]
-
-        def lap(*outputs) -> float:
-            jax.block_until_ready(outputs)
-            sync()
-            clock.append(time.perf_counter())
-            return clock[-1] - clock[-2]
-
-        forward = lap(loss_of(state.params, carry, device_batch, key))
-        (loss, new_carry), grads = out = grads_of(state.params, carry, device_batch, key)
-        backward = lap(out) - forward
-        state, carry, metrics = out = update(state, grads, loss, carry, new_carry)
-        optimizer = lap(out)
-        loss, finite = jax.device_get((metrics.loss, metrics.finite))
-        return state, carry, float(loss) if finite else math.nan, {"forward": forward, "backward": backward,
-                                                                   "optimizer": optimizer}
 
     def init_state(self, params: Params) -> TrainState:
         return create_train_state(self.model, self.cfg, params, self.place.replicated)

@@ -28,7 +28,7 @@ from jax_impl.tests.conftest import NEUTRAL, cpu_by_default  # noqa: F401
 from jax_impl.tests.conftest import write_corpus as write_jax_test_corpus
 from parity_tests import report
 from parity_tests.configs import SEED_CFG, TRAJECTORY_CFG
-from torch_impl.step import set_numerics
+from torch_impl.numerics import set_numerics
 
 # One intra-op thread: on a small shared CPU PyTorch's LSTM runs several times faster than with two
 # (measured: 0.15 s vs 0.73 s per training step at E 64, H 64, T 200, B 50).

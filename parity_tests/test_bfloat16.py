@@ -26,7 +26,8 @@ from parity_tests.configs import BFLOAT16_STEPS
 from parity_tests.conftest import nonzero_carry
 from parity_tests.twins import (flax_module, flax_params, jax_carry, make_twin, stacked_from_jax, stacked_from_torch,
                                 torch_hidden, torch_module, trajectory)
-from torch_impl.step import autocast, lacks_bfloat16_lstm, to_device
+from torch_impl.numerics import autocast, lacks_bfloat16_lstm
+from torch_impl.step import to_device
 
 CPU = torch.device("cpu")
 needs_onednn_bfloat16 = pytest.mark.skipif(lacks_bfloat16_lstm(CPU), reason="this CPU has no oneDNN bfloat16: PyTorch "

@@ -9,7 +9,7 @@ import torch
 from common.config import Config
 from common.errors import ConfigError
 from jax_impl.train import JaxTwin
-from torch_impl.step import set_numerics
+from torch_impl.numerics import set_numerics
 
 CPU = torch.device("cpu")
 TINY = 1e-39  # a float32 denormal (the smallest normal is 1.18e-38)

@@ -25,6 +25,7 @@ from jax_impl import model as jax_model
 from jax_impl import step as jax_step
 from jax_impl import train as jax_train
 from torch_impl import model as torch_model
+from torch_impl import numerics as torch_numerics
 from torch_impl import step as torch_step
 from torch_impl import train as torch_train
 
@@ -54,7 +55,7 @@ def torch_module(cfg: Config, neutral: Params, vocab_size: int, device: str = "c
     """PyTorch's ``SentimentRNN`` for ``cfg`` holding exactly ``neutral``, in ``cfg.dtype`` on ``device``."""
     model = torch_model.model_from_config(cfg, vocab_size)
     torch_model.load_params(model, neutral)
-    return model.to(device=device, dtype=torch_step.resolve_dtype(cfg.dtype))
+    return model.to(device=device, dtype=torch_numerics.resolve_dtype(cfg.dtype))
 
 
 def flax_module(cfg: Config, vocab_size: int) -> jax_model.SentimentRNN:
@@ -99,9 +100,10 @@ def torch_grads(model: nn.Module) -> Params:
 
 
 def torch_loss_and_grads(model: nn.Module, batch: Batch, hidden, cfg: Config) -> tuple[float, Params]:
-    """The PyTorch twin's loss and every parameter's gradient (``torch_impl.step.forward_backward``), from ``hidden``
-    (a leaf: nothing flows back into it), in training mode (callers set dropout to 0)."""
-    loss, _, _ = torch_step.forward_backward(model, hidden, batch, cfg)
+    """The PyTorch twin's loss and every parameter's gradient (``torch_impl.step.forward``, then ``backward``), from
+    ``hidden`` (a leaf: nothing flows back into it), in training mode (callers set dropout to 0)."""
+    loss, _, _ = torch_step.forward(model, hidden, batch, cfg)
+    torch_step.backward(model, loss)
     return float(loss), torch_grads(model)
 
 

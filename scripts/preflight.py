@@ -229,7 +229,7 @@ def torch_checks(params, shape, table, tokens, weights, carry, lengths) -> list[
     from common.config import Config
     from jax_impl.cudnn import cudnn_stack
     from torch_impl.model import SentimentRNN, load_params
-    from torch_impl.step import set_numerics
+    from torch_impl.numerics import set_numerics
 
     set_numerics(Config(), torch.device("cuda"))  # TF32 off, as both twins run by default
     model = SentimentRNN(shape["V"], shape["E"], shape["H"], shape["L"]).cuda().eval()

@@ -8,7 +8,7 @@ import torch
 from common.checkpoint import Checkpoint
 from common.predict import encode_for, predict_main
 from torch_impl.model import SentimentRNN, load_params, model_from_config
-from torch_impl.step import resolve_device, set_numerics
+from torch_impl.numerics import resolve_device, set_numerics
 
 
 def model_from_checkpoint(ckpt: Checkpoint, device: torch.device) -> SentimentRNN:

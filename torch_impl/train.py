@@ -8,7 +8,6 @@ every batch (``repackage_hidden``), then BCELoss on the sigmoid output, gradient
 Several devices: ``torchrun --nproc_per_node N -m torch_impl.train ...`` trains the same global batches with
 DistributedDataParallel, each process on its slice of every batch (:mod:`torch_impl.distributed`).
 """
-import time
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
@@ -27,8 +26,8 @@ from torch_impl.distributed import (World, check_config, dropout_seed, join_proc
                                      world_from_environment, wrap)
 from torch_impl.model import Hidden, export_params, load_params, model_from_config
 from torch_impl.state import load_training_state, restore_training_state, save_training_state, write_checkpoint
-from torch_impl.step import (Lap, TrainState, eval_step, lstm_kernel, make_optimizer, no_lap, resolve_device,
-                             resolve_dtype, set_numerics, train_step)
+from torch_impl.numerics import lstm_kernel, resolve_device, resolve_dtype, set_numerics
+from torch_impl.step import TrainState, eval_step, make_optimizer, train_step
 
 PROG = "python -m torch_impl.train"
 
@@ -67,38 +66,19 @@ class TorchTwin:
             trained = torch.compile(trained)
         return TrainState(trained, make_optimizer(self.model, self.cfg))
 
-    def compile(self, state: TrainState, kind: str, batch: Batch) -> dict[str, float]:
-        """Nothing is compiled ahead of the first call (under --torch-compile, Dynamo works inside it)."""
-        return {}
-
     def init_carry(self) -> Hidden:
         return self.model.init_hidden(self.rows)
 
-    def train_step(self, state: TrainState, carry: Hidden, batch: Batch, lap: Lap = no_lap
-                   ) -> tuple[TrainState, Hidden, float]:
+    def train_step(self, state: TrainState, carry: Hidden, batch: Batch) -> tuple[TrainState, Hidden, float]:
         batch = batch if self.world is None else self.world.part(batch)  # this rank's contiguous rows
         try:
-            state, carry, loss = train_step(state, carry, batch, self.cfg, lap=lap)
+            state, carry, loss = train_step(state, carry, batch, self.cfg)
         except RuntimeError as err:  # then ``carry`` is still the incoming one
             if not self.cfg.detach and carry[0].grad_fn is not None:  # it reaches into the previous batch's graph
                 raise ConfigError(no_detach_message(err)) from None
             raise
         # Under DDP the mean over ranks: a NaN on one rank is a NaN on all, so every rank stops at this step.
         return state, carry, (loss if self.world is None else self.world.mean(loss)).item()
-
-    def train_step_parts(self, state: TrainState, carry: Hidden, batch: Batch, sync: Callable[[], None]
-                         ) -> tuple[TrainState, Hidden, float, dict[str, float]]:
-        """:meth:`train_step`, and the seconds of its forward pass (the loss), backward pass and optimizer update
-        (clip and Adam), each ended by ``sync``."""
-        parts, clock = {}, [time.perf_counter()]
-
-        def lap(part: str) -> None:
-            sync()
-            clock.append(time.perf_counter())
-            parts[part] = clock[-1] - clock[-2]
-
-        state, carry, loss = self.train_step(state, carry, batch, lap)
-        return state, carry, loss, parts
 
     def eval_step(self, state: TrainState, batch: Batch) -> tuple[Any, Any]:
         batch = batch if self.world is None else self.world.part(batch)

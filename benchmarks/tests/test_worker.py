@@ -5,9 +5,9 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 from benchmarks import harness
-from benchmarks.worker import lstm_op_dtypes
+from benchmarks.sides import lstm_op_dtypes
 from torch_impl.model import SentimentRNN
-from torch_impl.step import autocast, lacks_bfloat16_lstm
+from torch_impl.numerics import autocast, lacks_bfloat16_lstm
 
 CPU = torch.device("cpu")
 

@@ -12,7 +12,7 @@ from torch.profiler import ProfilerActivity, profile
 from common.batches import batches
 from common.params import init_params
 from common.precision import BFLOAT16_RULES
-from torch_impl.step import lacks_bfloat16_lstm
+from torch_impl.numerics import lacks_bfloat16_lstm
 from torch_impl.tests.conftest import ROOT, tiny_args
 from torch_impl.train import TorchTwin
 
@@ -54,7 +54,7 @@ def test_autocast_runs_the_lstm_and_classifier_in_bfloat16_and_the_embedding_and
 
 AVX2_ONLY = """
 import torch
-from torch_impl.step import lacks_bfloat16_lstm
+from torch_impl.numerics import lacks_bfloat16_lstm
 lstm = torch.nn.LSTM(4, 4)
 try:
     with torch.autocast("cpu", dtype=torch.bfloat16):

@@ -9,7 +9,7 @@ from torch_impl.tests.conftest import ROOT
 
 SETUP = ("import torch; torch.set_num_threads(2)\n"
          "from common.config import Config\n"
-         "from torch_impl.step import denormals_flushed, set_numerics\n"
+         "from torch_impl.numerics import denormals_flushed, set_numerics\n"
          "from torch_impl.train import TorchTwin\n")
 
 
