@@ -6,13 +6,14 @@ i, f, g, o), then every layer's ``b_ih``, ``b_hh``. Inter-layer dropout cannot b
 its own generator, not a JAX key), so with dropout the layers run as single-layer calls with the project's masks
 between them. Float32 only; a CUDA backend only (it has no CPU lowering).
 """
-from typing import Any, Mapping, Sequence
+from typing import Sequence
 
 import jax
 import jax.numpy as jnp
 from jax.experimental import rnn
 
-from jax_impl.recurrence import PRECISION, LayerCarry, LayerWeights
+from common.errors import ConfigError, UnsupportedError
+from jax_impl.numerics import PRECISION, LayerCarry, LayerWeights
 
 Array = jax.Array
 
@@ -29,19 +30,23 @@ def bfloat16_refusal() -> str:
     return "bfloat16 support not implemented for LSTM"
 
 
-def _pack(weights: Sequence[LayerWeights]) -> Array:
+def check_usable(dtype: str, platform: str) -> None:
+    """Refuse, in one line, a run this stack cannot compute: ``platform`` (the run's JAX platform) must be a CUDA GPU
+    and ``dtype`` float32."""
+    if platform not in ("gpu", "cuda"):
+        raise ConfigError(f"cudnn LSTM needs a CUDA GPU; this backend is {platform}")
+    if dtype == "bfloat16":
+        raise UnsupportedError(f"--lstm-impl cudnn cannot compute bfloat16: jax.experimental.rnn says "
+                               f"\"{bfloat16_refusal()}\"; use --lstm-impl auto")
+    if dtype != "float32":
+        raise ConfigError(f"--lstm-impl cudnn computes float32 only, not {dtype}; use --lstm-impl auto")
+
+
+def pack_weights(weights: Sequence[LayerWeights]) -> Array:
     """L layers' ``(w_ih, w_hh, b_ih, b_hh)`` → cuDNN's flat vector (all matrices, then all biases)."""
     matrices = [w.ravel() for w_ih, w_hh, _, _ in weights for w in (w_ih, w_hh)]
     biases = [b for _, _, b_ih, b_hh in weights for b in (b_ih, b_hh)]
     return jnp.concatenate([*matrices, *biases])
-
-
-def pack_lstm_weights(params: Mapping[str, Any], layers: int) -> Array:
-    """``nn.LSTM`` state-dict arrays (``lstm.weight_ih_l0`` (4H, E), ``lstm.weight_hh_l0`` (4H, H),
-    ``lstm.bias_ih_l0``, ``lstm.bias_hh_l0`` (4H,), ... up to layer ``layers``-1) → the flat vector
-    ``jax.experimental.rnn.lstm`` takes for all ``layers`` layers."""
-    names = ("weight_ih", "weight_hh", "bias_ih", "bias_hh")
-    return _pack([tuple(jnp.asarray(params[f"lstm.{n}_l{k}"]) for n in names) for k in range(layers)])
 
 
 def cudnn_stack(table: Array, tokens: Array, weights: Sequence[LayerWeights], carry: Sequence[LayerCarry],
@@ -61,7 +66,7 @@ def cudnn_stack(table: Array, tokens: Array, weights: Sequence[LayerWeights], ca
 
     def run(xs: Array, layer_weights: Sequence[LayerWeights], layer_carry: Sequence[LayerCarry]):
         h0, c0 = (jnp.stack([pair[i] for pair in layer_carry]) for i in (0, 1))  # (L, B, H) each
-        ys, h_n, c_n = rnn.lstm(xs, h0, c0, _pack(layer_weights), seq_lengths, input_size=xs.shape[-1],
+        ys, h_n, c_n = rnn.lstm(xs, h0, c0, pack_weights(layer_weights), seq_lengths, input_size=xs.shape[-1],
                                 hidden_size=h0.shape[-1], num_layers=len(layer_weights), dropout=0.0,
                                 bidirectional=False, precision=cudnn_precision)
         return ys, tuple(zip(h_n, c_n))

@@ -18,7 +18,7 @@ backward) and dL/dz (bfloat16's ``sigmoid_backward``) to bfloat16 once each.
 import jax
 import jax.numpy as jnp
 
-from jax_impl.recurrence import round_to
+from jax_impl.numerics import round_to
 
 LOG_CLAMP = -100.0  # PyTorch clamps each log at -100
 GRAD_EPS = 1e-12  # PyTorch's EPSILON in binary_cross_entropy_backward

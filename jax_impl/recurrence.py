@@ -7,7 +7,7 @@ What is computed is exactly ``torch.nn.LSTM`` (gate order i, f, g, o; two biases
 
 in the inputs' dtype with every matmul at ``precision`` (``Precision.HIGHEST`` unless TF32 is allowed, then
 ``DEFAULT``); gradients are those of that function. The reference it is held to (values and gradients, in
-``jax_impl/tests/test_recurrence.py``) is :func:`jax_impl.model.scan_stack`: Flax ``nn.RNN`` over PyTorch's cell,
+``jax_impl/tests/test_recurrence.py``) is :func:`jax_impl.stacks.scan_stack`: Flax ``nn.RNN`` over PyTorch's cell,
 differentiated by JAX.
 
 The entry point is :func:`embedding_lstm_stack` (time-major). Two layers, the default, run as one wavefront loop,
@@ -23,28 +23,12 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-Array = jax.Array
-LayerCarry = tuple[Array, Array]  # (h, c), each (B, H)
-LayerWeights = tuple[Array, Array, Array, Array]  # (w_ih (4H, D), w_hh (4H, H), b_ih (4H,), b_hh (4H,))
-PRECISION = lax.Precision.HIGHEST  # the default: full float32, as PyTorch with TF32 off
+from jax_impl.numerics import PRECISION, Array, LayerCarry, LayerWeights, dot
+
 UNROLL = 2  # time steps per loop iteration (why 2: benchmarks/PERFORMANCE.md)
 
 
 # --- Shared pieces: one cell step forward and backward on a (B, 4H) gate block, loop buffers ---------------------
-
-def dot(a: Array, b: Array, precision: lax.Precision) -> Array:
-    """(..., K) @ (K, N) at ``precision``."""
-    return jnp.matmul(a, b, precision=precision)
-
-
-def round_to(x: Array, dtype) -> Array:
-    """``x`` rounded to ``dtype``'s precision, in its own dtype (``x`` itself when ``dtype`` is not narrower). Not
-    ``x.astype(dtype).astype(x.dtype)``: XLA:CPU, allowing itself excess precision, may drop such a round trip."""
-    narrow, own = jnp.finfo(dtype), jnp.finfo(x.dtype)
-    if narrow.nmant >= own.nmant:
-        return x
-    return lax.reduce_precision(x, exponent_bits=narrow.nexp, mantissa_bits=narrow.nmant)
-
 
 def _project(x: Array, w_ih: Array, b_ih: Array, b_hh: Array, precision: lax.Precision) -> Array:
     """Every step's input projection at once: x (T, B, D) → x W_ih^T + b_ih + b_hh (T, B, 4H), as a 2-D

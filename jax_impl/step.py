@@ -20,7 +20,9 @@ from common.errors import ConfigError
 from jax_impl.convert import to_flax
 from jax_impl.distributed import Where, put
 from jax_impl.loss import bce_loss, bce_per_example, predictions
-from jax_impl.model import Carry, SentimentRNN, compute_dtype, param_dtype_for
+from jax_impl.model import SentimentRNN
+from jax_impl.numerics import compute_dtype, param_dtype_for
+from jax_impl.stacks import Carry
 from jax_impl.optim import global_norm_torch, make_optimizer
 
 

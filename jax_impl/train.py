@@ -23,7 +23,8 @@ from common.runstate import Progress
 from jax_impl import xla_env
 from jax_impl.convert import from_flax, to_flax
 from jax_impl.distributed import from_main_process, initialize_from_environment, is_main_process, placement, put_key
-from jax_impl.model import model_from_config, param_dtype_for, resolve_lstm_impl
+from jax_impl.model import model_from_config, resolve_lstm_impl
+from jax_impl.numerics import param_dtype_for
 from jax_impl.state import load_training_state, save_training_state
 from jax_impl.step import (TrainState, batch_to_device, create_train_state, make_eval_step, make_train_step,
                            padded_eval_batch, resolve_device, resolve_dtype)

@@ -1,7 +1,7 @@
 """bfloat16: each twin's mixed precision against its own float32, and the two against each other. Float32 parity is
 rounding; bfloat16 parity is a band, measured here and held with a factor of safety. What each twin computes in
 bfloat16 (``common.precision``) was found by replaying PyTorch's autocast exactly (docs/mixed-precision.md); the JAX
-scan stack follows it (:class:`jax_impl.model.AutocastLSTMCell`), so one forward pass agrees to a few float32-level
+scan stack follows it (:class:`jax_impl.stacks.AutocastLSTMCell`), so one forward pass agrees to a few float32-level
 flips of a bfloat16 rounding, and 50 training steps stay within a band a quarter of each twin's own bfloat16 drift.
 
 Configuration: the trajectory one (real corpus, B 50, T 100, E 32, H 32, L 2, dropout 0), the seed's left padding
@@ -17,10 +17,10 @@ import pytest
 import torch
 
 from common.config import Config
-from jax_impl import model as jax_model
+from jax_impl import stacks
 from jax_impl import step as jax_step
 from jax_impl.loss import sigmoid
-from jax_impl.recurrence import round_to
+from jax_impl.numerics import bfloat16_dot, round_to, to_bfloat16
 from parity_tests import report
 from parity_tests.configs import BFLOAT16_STEPS
 from parity_tests.conftest import nonzero_carry
@@ -57,15 +57,15 @@ def share_apart(a: np.ndarray, b: np.ndarray) -> float:
     return float(np.mean(np.abs(a - b) > 1e-6 * np.maximum(1.0, np.abs(a))))
 
 
-class CellStateInFloat32(jax_model.AutocastLSTMCell):
+class CellStateInFloat32(stacks.AutocastLSTMCell):
     """A deliberate semantic change: oneDNN's cell, but c carried from step to step in float32."""
 
     @nn.compact
     def __call__(self, state, gates_x):
         h, c = state
-        i, f, g, o = jnp.split(gates_x + jax_model.bfloat16_dot(h, self.w_hh_t, self.precision), 4, axis=-1)
+        i, f, g, o = jnp.split(gates_x + bfloat16_dot(h, self.w_hh_t, self.precision), 4, axis=-1)
         c_new = jax.nn.sigmoid(f) * c + jax.nn.sigmoid(i) * jnp.tanh(g)
-        h_new = jax_model.to_bfloat16(jax.nn.sigmoid(o) * jnp.tanh(c_new))
+        h_new = to_bfloat16(jax.nn.sigmoid(o) * jnp.tanh(c_new))
         return (h_new, c_new), h_new
 
 
@@ -103,7 +103,7 @@ def test_one_bfloat16_forward_pass_agrees_with_pytorchs_autocast(trajectory_setu
 
 @needs_onednn_bfloat16
 def test_a_float32_cell_state_in_one_twin_falls_outside_the_forward_band(trajectory_setup, monkeypatch):
-    monkeypatch.setattr(jax_model, "AutocastLSTMCell", CellStateInFloat32)
+    monkeypatch.setattr(stacks, "AutocastLSTMCell", CellStateInFloat32)
     (_, (h_t, _)), (_, (h_j, _)) = forward_both(trajectory_setup, "left")
     report.at_least("bfloat16 forward, JAX carrying c in float32: share of final h apart (effect)",
                     share_apart(h_t, h_j), SHARE_EFFECT)

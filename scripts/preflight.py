@@ -177,7 +177,7 @@ def stack_checks(shape: dict, device, cuda: bool) -> list[dict]:
     import jax.numpy as jnp
 
     from jax_impl.cudnn import cudnn_stack
-    from jax_impl.model import scan_stack
+    from jax_impl.stacks import scan_stack
     from jax_impl.recurrence import embedding_lstm_stack
 
     params, (table, tokens, weights, carry, lengths, masks) = stack_inputs(shape, device)

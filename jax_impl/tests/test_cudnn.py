@@ -8,7 +8,7 @@ from jax.experimental import rnn
 
 from common.errors import ConfigError, UnsupportedError
 from common.params import init_params
-from jax_impl.cudnn import cudnn_stack, pack_lstm_weights
+from jax_impl.cudnn import cudnn_stack, pack_weights
 from jax_impl.model import resolve_lstm_impl
 from jax_impl.recurrence import embedding_lstm_stack
 from jax_impl.train import main
@@ -16,6 +16,11 @@ from jax_impl.train import main
 V, E, H, L, B, T = 13, 6, 5, 2, 3, 9
 NAMES = ("weight_ih", "weight_hh", "bias_ih", "bias_hh")
 GPUS = [d for d in jax.devices() if d.platform == "gpu"]
+
+
+def pack_lstm_weights(params, layers: int) -> jax.Array:
+    """``nn.LSTM`` state-dict arrays of ``layers`` layers → the flat vector ``jax.experimental.rnn.lstm`` takes."""
+    return pack_weights([tuple(jnp.asarray(params[f"lstm.{n}_l{k}"]) for n in NAMES) for k in range(layers)])
 
 
 @pytest.fixture(scope="module")

@@ -8,10 +8,10 @@ import pytest
 from jax_impl.convert import to_flax
 from common.errors import ConfigError
 from common.config import Config
-from jax_impl.model import IMPLEMENTATIONS, SentimentRNN, bind_lstm, model_from_config, resolve_lstm_impl
+from jax_impl.model import STACKS, SentimentRNN, model_from_config, resolve_lstm_impl
 
 B, T, V, E, H, L = 3, 7, 11, 8, 16, 2
-CPU_IMPLEMENTATIONS = sorted(set(IMPLEMENTATIONS) - {"cudnn"})  # cudnn: jax_impl/tests/test_cudnn.py
+CPU_IMPLEMENTATIONS = sorted(set(STACKS) - {"cudnn"})  # cudnn: jax_impl/tests/test_cudnn.py
 
 
 def zeros(dtype=jnp.float32):
@@ -22,7 +22,7 @@ def zeros(dtype=jnp.float32):
 @pytest.fixture(scope="module", params=CPU_IMPLEMENTATIONS)
 def setup(request):
     from common.params import init_params
-    model = SentimentRNN(V, E, H, L, dropout=0.5, fc_dropout=0.3, lstm=bind_lstm(request.param))
+    model = SentimentRNN(V, E, H, L, dropout=0.5, fc_dropout=0.3, lstm_impl=request.param)
     params = jax.tree_util.tree_map(jnp.asarray, to_flax(init_params(V, E, H, L, seed=1)))
     tokens = jnp.asarray(np.random.default_rng(0).integers(1, V, (B, T)), jnp.int32)
     apply = jax.jit(lambda p, t, c, k, train: model.apply({"params": p}, t, c, train=train, rngs={"dropout": k}),
@@ -142,8 +142,7 @@ def test_masked_mode_reads_each_texts_own_last_state(setup):
 
 def test_bfloat16_gives_bfloat16_logits_and_a_float32_carry_of_bfloat16_values(setup):
     _, params, tokens, _ = setup
-    model = SentimentRNN(V, E, H, L, dropout=0.0, fc_dropout=0.0, dtype=jnp.bfloat16,
-                         lstm=bind_lstm("scan", jnp.bfloat16))
+    model = SentimentRNN(V, E, H, L, dropout=0.0, fc_dropout=0.0, dtype=jnp.bfloat16, lstm_impl="scan")
     logits, carry = jax.jit(model.apply)({"params": params}, tokens, zeros())
     reference, _ = setup[3](params, tokens, zeros(), jax.random.key(0), False)
     assert logits.dtype == jnp.bfloat16 and carry[0][0].dtype == carry[0][1].dtype == jnp.float32
@@ -170,7 +169,7 @@ def test_the_implementations_agree_in_logits_carry_and_gradients_with_dropout_on
     lengths = jnp.array([7, 1, 4], jnp.int32)
 
     def run(impl):
-        model = SentimentRNN(V, E, H, L, dropout=0.5, fc_dropout=0.3, lstm=bind_lstm(impl))
+        model = SentimentRNN(V, E, H, L, dropout=0.5, fc_dropout=0.3, lstm_impl=impl)
 
         def loss(p):
             logits, carry = model.apply({"params": p}, tokens, zeros(), lengths, train=True,

@@ -1,4 +1,4 @@
-"""The fused stack (jax_impl.recurrence) computes what the project's reference, jax_impl.model.scan_stack (Flax
+"""The fused stack (jax_impl.recurrence) computes what the project's reference, jax_impl.stacks.scan_stack (Flax
 ``nn.RNN`` over PyTorch's cell), computes, and its hand-written gradients equal jax.grad of scan_stack. Both get
 the same embedding table and tokens (T, B); both return each layer's final carry (h_T, c_T) only, the per-step
 outputs of a layer reaching it as the next layer's input (and, in masked mode, the final carry is each row's
@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 from jax import lax
 
-from jax_impl.model import scan_stack
+from jax_impl.stacks import scan_stack
 from jax_impl.recurrence import embedding_lstm_stack
 
 T, B, D, H = 7, 3, 5, 4
