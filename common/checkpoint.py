@@ -7,13 +7,11 @@
 
 Nothing is unpickled. Writes go to a temporary directory that is renamed into place, so a kill during a save
 leaves the previous checkpoint intact. Reading checks every name, shape and dtype and says which is wrong, then every
-file against its checksum (one written before checkpoints had checksums loads, with a warning).
+file against its checksum.
 
-Version 2 added the tokenizer 'script' and ``unknown_words``: 'unk' (the vocabulary starts <pad>, <unk>) or 'skip'
-(it starts <pad> alone and unknown words are dropped: a model imported from the classic script). Version 1 files
-are all 'unk' and still load; every save writes version 2.
+``unknown_words``: 'unk' (the vocabulary starts <pad>, <unk>) or 'skip' (it starts <pad> alone and unknown words are
+dropped: a model imported from the classic script).
 """
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,13 +20,12 @@ import numpy as np
 
 from common.config import MODEL_FIELDS, Config, flag
 from common.errors import CheckpointError, ConfigError
-from common.files import CHECKSUM_FILE, atomic_dir, read_json, verify_manifest, write_json, write_manifest
+from common.files import atomic_dir, read_json, verify_manifest, write_json, write_manifest
 from common.params import Params, shapes_for
 from common.text import TOKENIZERS, UNKNOWN_RULES, Vocab
 
 FORMAT = "lstm-twins/neutral-checkpoint"
 VERSION = 2
-READS = (1, 2)  # the versions this code reads
 CONFIG_FILE, VOCAB_FILE, WEIGHTS_FILE = "config.json", "vocab.json", "model.safetensors"
 
 
@@ -109,11 +106,11 @@ def load_checkpoint(directory: str | Path, cfg: Config | None = None) -> Checkpo
     if not isinstance(config, dict) or config.get("format") != FORMAT or not isinstance(config.get("model"), dict):
         raise CheckpointError(f"{config_file}: not a neutral checkpoint config (expected format {FORMAT!r} with a "
                               f"'model' section)")
-    if config.get("version") not in READS:
-        raise CheckpointError(f"{config_file}: format version {config.get('version')!r}, this code reads versions "
-                              f"{', '.join(map(str, READS))}")
+    if config.get("version") != VERSION:
+        raise CheckpointError(f"{config_file}: format version {config.get('version')!r}, this code reads version "
+                              f"{VERSION}")
     model, defaults, tokenizer = config["model"], Config(), config.get("tokenizer_resolved")
-    unknown_words = config.get("unknown_words", "unk")  # version 1 has no such key: its vocabularies all have <unk>
+    unknown_words = config.get("unknown_words")
     for name in MODEL_FIELDS:
         default = getattr(defaults, name)
         if name not in model:
@@ -153,9 +150,5 @@ def load_checkpoint(directory: str | Path, cfg: Config | None = None) -> Checkpo
     except (SafetensorError, OSError, ValueError) as err:
         raise CheckpointError(f"{weights}: unreadable safetensors file ({err})") from None
     validate_params(params, merged, len(vocab), where=str(weights))
-    if (directory / CHECKSUM_FILE).exists():
-        verify_manifest(directory)
-    else:
-        print(f"warning: {directory}: no {CHECKSUM_FILE} (written before checkpoints had one), so its files are not "
-              f"verified", file=sys.stderr)
+    verify_manifest(directory)
     return Checkpoint(params, merged, vocab, tokenizer, config.get("meta", {}))

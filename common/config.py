@@ -203,17 +203,3 @@ def parse_config(argv: Sequence[str] | None, prog: str, description: str) -> Con
     """Parse a twin's command line into a validated :class:`Config`."""
     return config_from_namespace(make_parser(prog, description).parse_args(argv))
 
-
-def to_argv(cfg: Config, exclude: Sequence[str] = ()) -> list[str]:
-    """The command-line flags that rebuild ``cfg`` (fields left at their defaults are omitted):
-    ``parse_config(to_argv(cfg), ...) == cfg``. Used to start a twin's trainer in a subprocess."""
-    argv: list[str] = []
-    for f in fields(Config):
-        value = getattr(cfg, f.name)
-        if f.name in exclude or value == f.default:
-            continue
-        if isinstance(f.default, bool):
-            argv.append(f"--{flag(f.name)}" if value else f"--no-{flag(f.name)}")
-        else:
-            argv += [f"--{flag(f.name)}", str(value)]
-    return argv

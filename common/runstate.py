@@ -19,7 +19,6 @@ from common.files import CHECKSUM_FILE, read_json, verify_manifest
 
 PREFIX = "step_"  # Orbax's step-name format with prefix "step" and 8 digits: step_00000100
 DIGITS = 8
-OLD_PREFIX = "step-"  # the layout before Orbax managed the JAX steps; neither twin reads it
 PROGRESS_FILE = "progress.json"
 # Where each twin's step directories keep the Progress record (JAX's: an Orbax JSON item): it names the writer.
 PROGRESS_FILES = {"torch": Path(PROGRESS_FILE), "jax": Path("progress", "metadata")}
@@ -123,10 +122,6 @@ def load_latest(root: str | Path, load: Callable[[Path], tuple[Progress, Any]], 
     root = Path(root)
     candidates = checkpoint_dirs(root)
     if not candidates:
-        if root.is_dir() and any(p.name.startswith(OLD_PREFIX) for p in root.iterdir()):
-            raise CheckpointError(f"--resume {root}: its checkpoints (step-NNNNNNNN) were written by an earlier "
-                                  f"version of this project, whose layout this one does not read; start a new "
-                                  f"run (--init-from a neutral checkpoint still works)")
         raise CheckpointError(f"--resume {root}: no training checkpoint ({PREFIX}*) found there")
     for _, path in reversed(candidates):
         try:

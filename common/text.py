@@ -123,8 +123,6 @@ def encode(ids: Sequence[Sequence[int]], seq_len: int, padding: str = "left") ->
     """Each text's first ``seq_len`` ids, padded with 0: ``tokens`` (N, seq_len) int32 and ``lengths`` (N,) int32
     (tokens kept, 0 for an empty text). ``padding='left'`` is the seed's layout (the text ends at the last
     column); ``'right'`` puts the text first, for the masked variable-length path."""
-    if padding not in ("left", "right"):
-        raise ValueError(f"padding must be 'left' or 'right', got {padding!r}")
     tokens, lengths = np.zeros((len(ids), seq_len), dtype=np.int32), np.zeros(len(ids), dtype=np.int32)
     for i, row in enumerate(ids):
         lengths[i] = n = min(len(row), seq_len)

@@ -18,7 +18,7 @@ from common.batches import Batch
 from common.config import Config
 from common.errors import ConfigError
 from jax_impl.convert import to_flax
-from jax_impl.distributed import Where, put
+from jax_impl.distributed import Where
 from jax_impl.loss import bce_loss, bce_per_example, predictions
 from jax_impl.model import SentimentRNN
 from jax_impl.numerics import compute_dtype, param_dtype_for
@@ -70,7 +70,7 @@ def batch_to_device(batch: Batch, device: Where | None = None) -> DeviceBatch:
     "lengths" (B,) int32}`` on ``device`` (default: JAX's default device)."""
     arrays = {"tokens": np.asarray(batch.tokens, np.int32), "labels": np.asarray(batch.labels, np.float32),
               "lengths": np.asarray(batch.lengths, np.int32)}
-    return {k: put(v, device) for k, v in arrays.items()}
+    return {k: jax.device_put(v, device) for k, v in arrays.items()}
 
 
 def padded_eval_batch(batch: Batch, batch_size: int, device: Where | None = None) -> DeviceBatch:
@@ -83,7 +83,7 @@ def padded_eval_batch(batch: Batch, batch_size: int, device: Where | None = None
 
     padded = Batch(grow(batch.tokens, 0), grow(batch.labels, 0), grow(batch.lengths, 1))
     weights = np.concatenate([np.ones(n, np.float32), np.zeros(pad, np.float32)])
-    return {**batch_to_device(padded, device), "weights": put(weights, device)}
+    return {**batch_to_device(padded, device), "weights": jax.device_put(weights, device)}
 
 
 def forward(model: SentimentRNN, params: Any, batch: DeviceBatch, carry: Carry, key: jax.Array, *, train: bool,

@@ -22,7 +22,7 @@ from common.precision import BFLOAT16_RULES
 from common.runstate import Progress
 from jax_impl import xla_env
 from jax_impl.convert import from_flax, to_flax
-from jax_impl.distributed import from_main_process, initialize_from_environment, is_main_process, placement, put_key
+from jax_impl.distributed import placement
 from jax_impl.model import model_from_config, resolve_lstm_impl
 from jax_impl.numerics import param_dtype_for
 from jax_impl.state import load_training_state, save_training_state
@@ -43,8 +43,8 @@ class JaxTwin:
             raise ConfigError("--no-flush-denormal is PyTorch's: XLA always flushes denormals to zero on the CPU")
         self.cfg, self.model = cfg, model_from_config(cfg, vocab_size, device.platform)
         self.place = placement(cfg, device)  # on one device both placements are `device` itself
-        self.is_main = is_main_process()
-        self.key = put_key(jax.random.key(cfg.seed), self.place.replicated)  # dropout: fold_in(key, step)
+        self.is_main = True  # one process drives every device
+        self.key = jax.device_put(jax.random.key(cfg.seed), self.place.replicated)  # dropout: fold_in(key, step)
         self.step, self.evaluate = make_train_step(self.model, cfg), make_eval_step(self.model, cfg)
         self.record = {"framework": "jax", "jax": jax.__version__, "device": self.place.describe(),
                        "devices": self.place.devices, "dtype": cfg.dtype, "lstm_impl": self.model.lstm_impl,
@@ -75,7 +75,7 @@ class JaxTwin:
         return from_flax(state.params)
 
     def import_params(self, state: TrainState, read: Callable[[], Params]) -> TrainState:
-        params = from_main_process(lambda: to_flax(read(), dtype=param_dtype_for(self.model.dtype)), like=state.params)
+        params = to_flax(read(), dtype=param_dtype_for(self.model.dtype))
         return state.replace(params=jax.device_put(params, self.place.replicated))
 
     def save_state(self, root: Path, progress: Progress, state: TrainState, carry: Any, keep: int) -> None:
@@ -106,7 +106,6 @@ def train(cfg: Config) -> dict[str, Any]:
 def main(argv: Sequence[str] | None = None) -> int:
     cfg = parse_config(argv, PROG, "Train the LSTM sentiment classifier with JAX/Flax.")
     xla_env.configure()  # XLA_FLAGS: read once, when the first backend starts
-    initialize_from_environment()  # several hosts (JAX_COORDINATOR_ADDRESS set): before any device is touched
     train(cfg)
     return 0
 

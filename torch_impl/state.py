@@ -20,12 +20,12 @@ from typing import Callable
 import torch
 from torch import nn
 
-from common.errors import CheckpointError, ConfigError, UserError
-from common.files import CHECKSUM_FILE, atomic_dir, read_json, verify_manifest, write_json, write_manifest
+from common.errors import CheckpointError, ConfigError
+from common.files import atomic_dir, read_json, verify_manifest, write_json, write_manifest
 from common.runstate import PREFIX, PROGRESS_FILE, Progress, checkpoint_dirs, read_progress, step_dir
 
 FORMAT = "lstm-twins/torch-training-state"
-VERSION = 3  # versions 1 and 2 kept their checksums in state.json: refused, not read
+VERSION = 3
 MODEL_FILE, OPTIMIZER_FILE = "model.safetensors", "optimizer.safetensors"
 CARRY_FILE, RNG_FILE, STATE_FILE = "carry.safetensors", "rng.safetensors", "state.json"
 ADAM_KEYS = ("exp_avg", "exp_avg_sq", "step")
@@ -76,9 +76,6 @@ def save_training_state(directory: Path, model: nn.Module, optimizer: torch.opti
 def _check_version(path: Path) -> None:
     state = read_json(path)
     version = state.get("version") if isinstance(state, dict) and state.get("format") == FORMAT else None
-    if isinstance(version, int) and version < VERSION:  # a UserError, so load_latest does not fall back
-        raise UserError(f"{path}: a version {version} training checkpoint, whose layout this version of the "
-                        f"project does not read; start a new run (--init-from a neutral checkpoint still works)")
     if version != VERSION:
         raise CheckpointError(f"{path}: not a {FORMAT} version {VERSION} file")
 
@@ -89,8 +86,6 @@ def load_training_state(directory: Path) -> tuple[Progress, dict[str, Tensors]]:
     from safetensors.torch import load_file
 
     directory = Path(directory)
-    if not (directory / CHECKSUM_FILE).exists():  # versions before 3 wrote none: refuse those by name
-        _check_version(directory / STATE_FILE)
     verify_manifest(directory)
     _check_version(directory / STATE_FILE)
     # The bytes are the ones save_file wrote (checked above), so loading them cannot fail.

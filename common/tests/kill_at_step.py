@@ -24,9 +24,7 @@ from common.errors import cli_main
 def _start_jax() -> None:
     """What ``jax_impl.train.main`` does between parsing its flags and training."""
     from jax_impl import xla_env
-    from jax_impl.distributed import initialize_from_environment
     xla_env.configure()
-    initialize_from_environment()
 
 
 BEFORE_TRAINING: dict[str, Callable[[], None]] = {"torch_impl.train": lambda: None, "jax_impl.train": _start_jax}

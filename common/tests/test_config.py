@@ -102,16 +102,6 @@ def test_non_finite_float_flags_are_refused(argv):
         _parse(*argv)
 
 
-def test_to_argv_rebuilds_the_config():
-    from common.config import parse_config, to_argv
-
-    cfg = Config(hidden_dim=32, dropout=0.0, detach=False, progress=False, data="x.csv", lr=3e-4, carry="reset")
-    argv = to_argv(cfg)
-    assert parse_config(argv, "t", "t") == cfg
-    assert "--no-detach" in argv and "--embed-dim" not in argv  # defaults are left out
-    assert "--hidden-dim" not in to_argv(cfg, exclude=["hidden_dim"])
-
-
 def test_overwrite_is_a_files_flag_that_a_resume_neither_stores_nor_compares():
     from common.config import field_names
     from common.runstate import trajectory_settings

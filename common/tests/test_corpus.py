@@ -172,12 +172,6 @@ def test_pos_neg_files_win_over_data(tmp_path):
     assert texts == ["good", "bad"]
 
 
-def test_pos_without_neg_is_refused(tmp_path):
-    (tmp_path / "p.txt").write_text("good\n", encoding="utf-8")
-    with pytest.raises(DataError, match="--pos and --neg go together"):
-        load_corpus(pos=str(tmp_path / "p.txt"))
-
-
 def test_empty_pos_file_is_refused(tmp_path):
     (tmp_path / "p.txt").write_text("\n\n", encoding="utf-8")
     (tmp_path / "n.txt").write_text("bad\n", encoding="utf-8")

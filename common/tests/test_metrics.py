@@ -5,7 +5,8 @@ import json
 
 import pytest
 
-from common.metrics import MetricsLog, evaluations, log_line, read_metrics, step_losses
+from common.metrics import MetricsLog, evaluations, log_line, read_metrics
+from common.tests.losses import step_losses
 
 
 def _records(path):

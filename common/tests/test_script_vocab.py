@@ -1,5 +1,5 @@
 """The classic script's side of the neutral format: its tokenizer, its vocabulary (ids from 1, no <unk>, unknown
-words skipped and counted), and checkpoint format version 2 beside version 1."""
+words skipped and counted), and the checkpoint format's unknown-word rule."""
 from __future__ import annotations
 
 import json
@@ -12,7 +12,6 @@ from common.checkpoint import CONFIG_FILE, load_checkpoint, save_checkpoint
 from common.config import Config
 from common.data import encode_texts
 from common.errors import CheckpointError
-from common.files import CHECKSUM_FILE
 from common.params import init_params
 from common.predict import format_predictions, unknown_words
 from common.text import PAD, UNK, Vocab, script_tokens, vocab_from_word_ids, word_tokens
@@ -101,16 +100,6 @@ def test_script_checkpoint_round_trips_its_tokenizer_and_unknown_word_rule(tmp_p
 def test_saved_config_is_version_2_and_names_the_rule(tmp_path):
     config = json.loads((_save(tmp_path) / CONFIG_FILE).read_text(encoding="utf-8"))
     assert (config["version"], config["unknown_words"]) == (2, "skip")
-
-
-def test_version_1_checkpoint_still_loads_with_unk(tmp_path):
-    folder = _save(tmp_path, Vocab((PAD, UNK, "a")), CFG.replace(tokenizer="char"), "char")
-    config = json.loads((folder / CONFIG_FILE).read_text(encoding="utf-8"))
-    del config["unknown_words"]  # exactly what version 1 wrote
-    (folder / CONFIG_FILE).write_text(json.dumps({**config, "version": 1}), encoding="utf-8")
-    (folder / CHECKSUM_FILE).unlink()  # written by later versions only
-    ckpt = load_checkpoint(folder)
-    assert (ckpt.vocab.tokens, ckpt.vocab.unknown_words, ckpt.tokenizer) == ((PAD, UNK, "a"), "unk", "char")
 
 
 def test_unknown_word_rule_that_is_not_known_is_refused(tmp_path):

