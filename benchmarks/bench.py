@@ -22,8 +22,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script from any directory
 
-from benchmarks import convergence, harness, plan, plots, report, schema  # noqa: E402
-from common.config import Config, Parser, config_from_namespace, field_names, flag, make_parser  # noqa: E402
+from benchmarks import convergence, crossrun, harness, plan, plots, processes, render, results, schema  # noqa: E402
+from common.config import Config, config_from_namespace, field_names, flag, make_parser  # noqa: E402
 from common.errors import ConfigError, cli_main  # noqa: E402
 
 # Config fields that mean nothing to a benchmark (checkpoints, run length; --device-counts replaces --devices).
@@ -110,9 +110,9 @@ def settings_from(ns: argparse.Namespace, cfg: Config) -> dict:
                       ("replicates", 1)):
         if s[name] < low:
             raise ConfigError(f"--{flag(name)} must be >= {low}, got {s[name]}")
-    s["threads"] = ns.threads if ns.threads is not None else harness.usable_cpus()
-    if not 1 <= s["threads"] <= harness.usable_cpus():
-        raise ConfigError(f"--threads must be between 1 and {harness.usable_cpus()} (the usable CPUs), "
+    s["threads"] = ns.threads if ns.threads is not None else processes.usable_cpus()
+    if not 1 <= s["threads"] <= processes.usable_cpus():
+        raise ConfigError(f"--threads must be between 1 and {processes.usable_cpus()} (the usable CPUs), "
                           f"got {s['threads']}")
     if ns.timeout <= 0:
         raise ConfigError(f"--timeout must be > 0, got {ns.timeout}")
@@ -158,15 +158,15 @@ def measure(cfg: Config, variants, s: dict, base: bool, parity: bool = False) ->
 
 def speed_main(ns: argparse.Namespace, cfg: Config, s: dict, frameworks: list[str], argv: list[str]) -> int:
     variants = plan.select_variants(ns.variants, frameworks, "gpu" if s["device"] == "gpu" else "cpu")
-    out, environment, start = output_dir(ns.out, ns.overwrite), harness.environment(), time.perf_counter()
+    out, environment, start = output_dir(ns.out, ns.overwrite), processes.environment(), time.perf_counter()
     session, configs = measure(cfg, variants, s, base=True)
     ok = [e.setup for e in session.entries.values() if e.status == "ok"]
     if not ok:  # e.g. --device gpu without a GPU
         raise ConfigError("no variant ran: " + next(iter(session.entries.values())).error)
-    peak = report.gemm_peak(session.gemm, ok[0].info["device"])
-    parity = report.parity(session.parity, s["parity_steps"])
-    rows = report.rows_for(session, configs, None, peak["gflop_s"], parity)
-    comparisons = report.comparisons_for(session, None)
+    peak = results.gemm_peak(session.gemm, ok[0].info["device"])
+    parity = results.parity(session.parity, s["parity_steps"])
+    rows = results.rows_for(session, configs, None, peak["gflop_s"], parity)
+    comparisons = results.comparisons_for(session, None)
     sweep_rounds: dict[str, list] = {}
     # Sweeps time the variants named in --variants, else the main ones.
     main = variants if ns.variants not in ("default", "all") else [v for v in variants if v.main] or [
@@ -177,66 +177,29 @@ def speed_main(ns: argparse.Namespace, cfg: Config, s: dict, frameworks: list[st
             # A sweep of numerics (dtype) checks each point's parity against the float32 baseline, as the base run.
             numerics = sweep.field == "dtype"
             point, point_configs = measure(cfg.replace(**{sweep.field: value}), main, s, base=False, parity=numerics)
-            point_parity = report.parity(point.parity, s["parity_steps"]) if numerics else None
-            rows += report.rows_for(point, point_configs, where, peak["gflop_s"], point_parity)
-            comparisons += report.comparisons_for(point, where)
+            point_parity = results.parity(point.parity, s["parity_steps"]) if numerics else None
+            rows += results.rows_for(point, point_configs, where, peak["gflop_s"], point_parity)
+            comparisons += results.comparisons_for(point, where)
             sweep_rounds[f"{sweep.field}={value}"] = [r for kind in point.rounds.values() for r in kind]
     info = {e.label.split(":")[0]: e.setup.info for e in session.entries.values() if e.setup}
     environment.update({key: {k: i[key] for k, i in info.items()} for key in ("threads", "precision")},
                        devices={k: i["device_name"] for k, i in info.items()},
                        xla_env=info.get("jax", {}).get("xla_env"))
-    report.add_efficiency(rows)
-    environment.update(load_average_end=harness.load_average(), run_wall_s=time.perf_counter() - start)
+    results.add_efficiency(rows)
+    environment.update(load_average_end=processes.load_average(), run_wall_s=time.perf_counter() - start)
     run = schema.Run(
         schema.SCHEMA_VERSION, ["benchmarks/bench.py", *argv], environment,
         {**s, "frameworks": frameworks, "sweeps": [dataclasses.asdict(x) for x in s["sweeps"]]}, cfg.to_dict(),
         ok[0].vocab_size, {v.label: v.description for v in variants}, peak, rows, comparisons,
-        report.tier_sentences(rows, comparisons), session.rounds, sweep_rounds, parity,
-        report.warnings(rows, [r for v in session.rounds.values() for r in v]))
+        results.tier_sentences(rows, comparisons), session.rounds, sweep_rounds, parity,
+        results.warnings(rows, [r for v in session.rounds.values() for r in v]))
     schema.write_json(run, out / "results.json")
     doc = dataclasses.asdict(run)  # the reports read what results.json holds
     charts = plots.write_charts(doc, out)
-    (out / "results.md").write_text(report.render(doc, charts, markdown=True), encoding="utf-8")
-    print(report.render(doc))
+    (out / "results.md").write_text(render.render(doc, charts, markdown=True), encoding="utf-8")
+    print(render.render(doc))
     print(f"\nwrote {out / 'results.json'}, {out / 'results.md'}, {', '.join(charts)} in {out} "
           f"({environment['run_wall_s']:.0f} s)")
-    return 0
-
-
-def coverage_main(argv: list[str]) -> int:
-    parser = Parser(prog="benchmarks/bench.py coverage", description="how often each run's 95%% interval holds the "
-                    "median ratio of the other runs (runs of one configuration on one machine)")
-    parser.add_argument("runs", nargs="+", help="results directories or their results.json (at least 3)")
-    parser.add_argument("--out", default=None, help="also write the table as Markdown to this file")
-    parser.add_argument("--rounds-only", action="store_true", help="the train and eval intervals recomputed as a "
-                        "one-level bootstrap over rounds, the replicates held fixed (for comparison)")
-    ns = parser.parse_args(argv)
-    if len(ns.runs) < 3:
-        raise ConfigError(f"coverage: needs at least 3 runs, got {len(ns.runs)}")
-    docs = [schema.read_run(x, "coverage") for x in ns.runs]
-    docs = [report.rounds_only(d) for d in docs] if ns.rounds_only else docs
-    print(report.coverage(docs, ns.runs, markdown=False), end="")
-    write_markdown(ns.out, report.coverage(docs, ns.runs, markdown=True))
-    return 0
-
-
-def write_markdown(path: str | None, text: str) -> None:
-    if path:
-        try:
-            Path(path).write_text(text, encoding="utf-8")
-        except OSError as err:
-            raise ConfigError(f"--out {path}: cannot write ({err.strerror})") from None
-
-
-def compare_main(argv: list[str]) -> int:
-    parser = Parser(prog="benchmarks/bench.py compare", description="two benchmark runs side by side")
-    parser.add_argument("run_a", help="a results directory or its results.json")
-    parser.add_argument("run_b")
-    parser.add_argument("--out", default=None, help="also write the table as Markdown to this file")
-    ns = parser.parse_args(argv)
-    a, b = schema.read_run(ns.run_a), schema.read_run(ns.run_b)
-    print(report.compare(a, b, (ns.run_a, ns.run_b), markdown=False), end="")
-    write_markdown(ns.out, report.compare(a, b, (ns.run_a, ns.run_b), markdown=True))
     return 0
 
 
@@ -244,7 +207,7 @@ def compare_main(argv: list[str]) -> int:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] in (["compare"], ["coverage"]):
-        return (compare_main if argv[0] == "compare" else coverage_main)(argv[1:])
+        return (crossrun.compare_main if argv[0] == "compare" else crossrun.coverage_main)(argv[1:])
     ns = build_parser().parse_args(argv)
     cfg = base_config(ns)
     s = settings_from(ns, cfg)

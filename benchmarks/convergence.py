@@ -13,7 +13,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
-from benchmarks import harness, plots, report, schema
+from benchmarks import plots, processes, schema
+from benchmarks.harness import outcome
+from benchmarks.render import convergence_tables, twin_name
 from common.batches import num_train_batches
 from common.config import Config
 from common.data import prepare_data
@@ -22,11 +24,6 @@ from common.metrics import evaluations, read_metrics, training_steps
 
 QUICK_CONFIG = dict(embed_dim=16, hidden_dim=16, seq_len=40, epochs=2)
 QUICK_MAX_TEXTS = 2000  # --quick trains on a seeded slice of the corpus
-
-
-def twin_name(framework: str, dtype: str) -> str:
-    """A twin in the report: its framework, and its dtype unless float32 (``torch``, ``torch bfloat16``)."""
-    return framework if dtype == "float32" else f"{framework} {dtype}"
 
 
 @dataclass(frozen=True)
@@ -46,16 +43,17 @@ def run_twin(framework: str, cfg: Config, seed: int, out: Path, timeout_s: float
     with tempfile.TemporaryDirectory(prefix="best-") as best:
         # overwrite: the bench has already refused an --out holding results unless it was told to replace them
         run = cfg.replace(seed=seed, progress=False, metrics_out=str(metrics), save_dir=best, overwrite=True)
-        worker = harness.Worker(framework, harness.worker_environ(harness.usable_cpus(), cfg.device, best),
-                                metrics.parent)
+        worker = processes.Worker(framework, processes.worker_environ(processes.usable_cpus(), cfg.device, best),
+                                  metrics.parent)
         tic = time.perf_counter()
         try:
-            worker.send({"op": "train", "config": run.to_dict(), "threads": harness.usable_cpus()})
+            worker.send({"op": "train", "config": run.to_dict(), "threads": processes.usable_cpus()})
             reply, wall_s = worker.receive(timeout_s), time.perf_counter() - tic
         finally:
             worker.close()
-    if "error" in reply or "user_error" in reply:
-        raise ConfigError(f"the {framework} run (seed {seed}) failed: {reply.get('user_error') or reply['error']}")
+    status, message = outcome(reply)
+    if status != "ok":
+        raise ConfigError(f"the {framework} run (seed {seed}) failed: {message}")
     return RunResult(framework, seed, read_metrics(metrics), wall_s, cfg.dtype)
 
 
@@ -152,49 +150,6 @@ def quick_corpus(cfg: Config, out: Path) -> Config:
     return cfg.replace(data=str(path), pos=None, neg=None, text_column="text", label_column="label")
 
 
-def markdown_tables(doc: dict[str, Any]) -> str:
-    """The per-epoch and per-run tables, the per-twin summary over seeds, and the baselines, in Markdown."""
-    f, runs, target, summary = report._fmt, doc["runs"], doc["target"], doc["summary"]
-    out = [f"Target validation accuracy: {target:.2f}; seeds {', '.join(map(str, doc['seeds']))}; "
-           f"{doc['steps_per_epoch']} steps per epoch; times are training seconds (evaluation excluded), compilation "
-           "apart. Test accuracy: the best-validation weights (--save-dir), as the trainers score it.", "",
-           report.table(("twin", "seed", "epoch", "train loss", "val loss", "val acc", "train s"), [
-               [r["twin"], r["seed"], e["epoch"], f(e["train_loss"], ".4f"), f"{e['val_loss']:.4f}",
-                f"{e['val_accuracy']:.4f}", f"{e['train_s']:.1f}"] for r in runs for e in r["epochs"]], True), "",
-           report.table(("twin", "seed", "test loss", "test acc", "compile s", "median step s", "train s",
-                         f"time to val acc {target:.2f}"), [
-               [r["twin"], r["seed"], f"{r['test_loss']:.4f}", f"{r['test_accuracy']:.4f}",
-                f"{r['compile_s']:.2f}", f"{r['median_step_s']:.3f}", f"{r['train_s']:.1f}",
-                f(r["time_to_target_s"], ".1f") + " s"]
-               for r in runs], True), "",
-           report.table(("twin", "test acc (mean ± std over seeds)", "train s (mean)", "time to target (mean)",
-                         "reached"), [
-               [fw, f"{summary[fw]['test_accuracy_mean']:.4f} ± {summary[fw]['test_accuracy_std']:.4f}",
-                f"{summary[fw]['train_s_mean']:.1f}", f(summary[fw]["time_to_target_s_mean"], ".1f") + " s",
-                summary[fw]["reached_target"]] for fw in doc["twins"]], True)]
-    verdict = {True: "yes", False: "no", None: "n/a (one seed: no spread to compare with)"}
-    for key in (k for k in summary if k.startswith("agreement")):
-        out += ["", f"Test-accuracy gap between the twins{key.removeprefix('agreement')}: "
-                f"{summary[key]['test_accuracy_gap']:.4f}; within one standard deviation: "
-                f"{verdict[summary[key]['within_one_std']]}."]
-    low = [d for d in doc["dtypes"] if d != "float32"]
-    if low:  # each twin's lower precision beside its float32, means over seeds
-        pairs = [(fw, summary[fw], summary[twin_name(fw, d)], d) for fw in doc["frameworks"] for d in low]
-        out += ["", "Each twin in bfloat16 beside its float32 (means over seeds; the same seed's weights, batches and "
-                "dropout draws in both; val acc: the last evaluation's):", "", report.table(
-                    ("twin", "dtype", "val acc float32", "val acc", "Δ val acc", "test acc float32", "test acc",
-                     "Δ test acc", "train s float32", "train s"), [
-                        [fw, d, f(a["val_accuracy_mean"], ".4f"), f(b["val_accuracy_mean"], ".4f"),
-                         f(b["val_accuracy_mean"] - a["val_accuracy_mean"], "+.4f"), f"{a['test_accuracy_mean']:.4f}",
-                         f"{b['test_accuracy_mean']:.4f}", f"{b['test_accuracy_mean'] - a['test_accuracy_mean']:+.4f}",
-                         f"{a['train_s_mean']:.1f}", f"{b['train_s_mean']:.1f}"] for fw, a, b, d in pairs], True)]
-    if doc["baselines"]:
-        out += ["", "Classical baselines on the same split (context, not twins):", "", report.table(
-            ("model", "val acc", "test acc"), [[b["model"], f"{b['val_accuracy']:.4f}", f"{b['test_accuracy']:.4f}"]
-                                               for b in doc["baselines"]], True)]
-    return "\n".join(out)
-
-
 def main(cfg: Config, frameworks: Sequence[str], seeds: Sequence[int], target: float, out: Path, timeout_s: float,
          quick: bool, command: list[str]) -> int:
     """Train every (seed, twin) pair, then write results.json, results.md and convergence.png to ``out``."""
@@ -213,10 +168,10 @@ def main(cfg: Config, frameworks: Sequence[str], seeds: Sequence[int], target: f
            "target": target, "steps_per_epoch": steps_per_epoch, "eval_every": cfg.log_every,
            "split_sizes": {"train": len(data.train), "val": len(data.val), "test": len(data.test)},
            "runs": runs, "summary": aggregate(runs, twins), "baselines": classical_baselines(cfg),
-           "environment": harness.environment(), "command": command, "run_wall_s": time.perf_counter() - start}
+           "environment": processes.environment(), "command": command, "run_wall_s": time.perf_counter() - start}
     schema.write_json(doc, out / "results.json")
     plots.convergence_curves(doc, out / "convergence.png")
-    tables = markdown_tables(doc)
+    tables = convergence_tables(doc)
     (out / "results.md").write_text(f"# Convergence\n\n{tables}\n\n![convergence.png](convergence.png)\n",
                                     encoding="utf-8")
     print(tables)

@@ -1,169 +1,39 @@
-"""Every subprocess of the benchmark, and the paired, interleaved rounds that take every speed figure.
+"""The paired, interleaved rounds that take every speed figure, and what a worker's reply means.
 
-Every mode runs its work in persistent workers (:class:`Worker`, ``python -m benchmarks.worker``): convergence asks
-one per run to train, and each speed entry (a variant at a configuration and replicate: the base run, a sweep point,
-a device count) gets its own (one per torch rank) that builds, compiles and warms the twin once: every worker loads
-its data and twin at once, then each is set up (compiled, warmed) in turn. Then, round after round
-and for each step kind, the entries time their steps in turn, the order rotated by one place each round; an
-entry's round time is the median of its steps there. Each round records the load from other processes (``busy``:
-above half the usable cores). Every process gets a session of its own, so a timeout or Ctrl-C ends it and
-whatever it started.
+Each speed entry (a variant at a configuration and replicate: the base run, a sweep point, a device count) gets its
+own worker process (one per torch rank: :class:`Member`) that builds, compiles and warms the twin once: every worker
+loads its data and twin at once, then each is set up (compiled, warmed) in turn. Then, round after round and for each
+step kind, the entries time their steps in turn, the order rotated by one place each round; an entry's round time is
+the median of its steps there. Each round records the load from other processes (``busy``: above half the usable
+cores). Every reply, from set-up to the GEMM peak (and convergence mode's whole trainings), is read by
+:func:`outcome`.
 """
 from __future__ import annotations
 
-from importlib import metadata
-import json
 import os
-import platform
-import queue
-import signal
 import socket
 import statistics
-import subprocess
 import sys
 import tempfile
-import threading
 import time
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from pathlib import Path
 
+from benchmarks.processes import Worker, cpu_seconds, others_load, usable_cpus, worker_environ
 from benchmarks.schema import EntryResult, Round, Session, Setup
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-REPLY_TAG = "@@ "  # a worker's answer line; anything else on its stdout is ignored
-TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
-
-def usable_cpus() -> int:
-    """CPUs this process may run on (its affinity): what the thread pools size themselves to."""
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-
-
-def load_average() -> float | None:
-    return os.getloadavg()[0] if hasattr(os, "getloadavg") else None
-
-
-def environment() -> dict:
-    """Machine, CPU model, software versions and date; the workers add devices, threads, precision, XLA's setup."""
-    installed = {str(d.metadata["Name"]).lower(): d.version for d in metadata.distributions()}
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
-    except (OSError, StopIteration):
-        cpu = platform.processor() or platform.machine()
-    return {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "cpu_model": cpu,
-            "cpu_count": os.cpu_count(), "usable_cpus": usable_cpus(), "platform": platform.platform(),
-            "python": sys.version.split()[0], "load_average_start": load_average(),
-            "versions": {n: installed.get(n) for n in ("jax", "jaxlib", "flax", "optax", "torch", "numpy")}}
-
-
-def worker_environ(threads: int, device: str, cache_dir: str, extra: dict | None = None) -> dict[str, str]:
-    """A child's environment, fixed before it imports a framework: thread pools, platform, cold compile caches."""
-    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "PYTHONUNBUFFERED": "1", **(extra or {}),
-           "TORCHINDUCTOR_CACHE_DIR": os.path.join(cache_dir, "inductor"),
-           "TRITON_CACHE_DIR": os.path.join(cache_dir, "triton"), "JAX_ENABLE_COMPILATION_CACHE": "false"}
-    env.update({var: str(threads) for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")})
-    env.pop("JAX_COMPILATION_CACHE_DIR", None)
-    if device == "cpu":
-        env.update(JAX_PLATFORMS="cpu", CUDA_VISIBLE_DEVICES="")
-    else:
-        env["XLA_PYTHON_CLIENT_PREALLOCATE"] = "false"  # the workers share the GPU: else the first takes 75%
-        if device == "gpu":
-            env.setdefault("JAX_PLATFORMS", "cuda")
-    return env
-
-
-def _kill(proc: subprocess.Popen) -> None:
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-    proc.wait()
-
-
-def _tail(path: Path, lines: int) -> str:
-    return " | ".join(path.read_text(encoding="utf-8", errors="replace").strip().splitlines()[-lines:])
-
-
-class Worker:
-    """One persistent worker: ``send(msg)``, then ``receive(timeout_s)`` its reply (``{"error": ...}`` once dead)."""
-
-    def __init__(self, framework: str, env: dict, workdir: Path):
-        self.log = Path(tempfile.mkstemp(prefix=f"{framework}-", suffix=".stderr", dir=workdir)[1])
-        with open(self.log, "w", encoding="utf-8") as err:
-            self.proc = subprocess.Popen([sys.executable, "-m", "benchmarks.worker", framework], cwd=REPO_ROOT, env=env,
-                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, text=True,
-                                         start_new_session=True)
-        self.replies: queue.Queue = queue.Queue()
-        self.dead: str | None = None
-        self.waiting = False  # a request is unanswered: on close the worker is busy, so it is stopped
-        threading.Thread(target=self._read, daemon=True).start()
-
-    def _read(self) -> None:
-        for line in self.proc.stdout:
-            if line.startswith(REPLY_TAG):
-                self.replies.put(json.loads(line[len(REPLY_TAG):]))
-        self.replies.put(None)  # the worker exited
-
-    def send(self, msg: dict) -> None:
-        self.waiting = True
-        try:
-            self.proc.stdin.write(json.dumps(msg) + "\n")
-            self.proc.stdin.flush()
-        except OSError:
-            pass  # it died: receive() says how
-
-    def receive(self, timeout_s: float) -> dict:
-        if self.dead is None:
-            try:
-                reply = self.replies.get(timeout=timeout_s)
-            except queue.Empty:
-                _kill(self.proc)
-                self.dead = f"timeout: stopped after {timeout_s:g} s"
-                return {"error": self.dead, "timed_out": True}
-            if reply is not None:
-                self.waiting = False
-                return reply
-            self.proc.wait()
-            self.dead = f"worker exited with status {self.proc.returncode}: {_tail(self.log, 5)}"
-        return {"error": self.dead}
-
-    def close(self) -> None:
-        """Ask an idle worker to quit; stop a busy one (Ctrl-C in the middle of a request)."""
-        if self.waiting:
-            _kill(self.proc)
-        elif self.proc.poll() is None:
-            self.send({"op": "quit"})
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                _kill(self.proc)
-
-
-def cpu_seconds(pids: list[int]) -> tuple[float, float] | None:
-    """The machine's busy CPU seconds so far (/proc/stat; steal counts) and those of ``pids`` (all their threads);
-    None where /proc is missing. Two readings give the load from *other* processes: :func:`others_load`."""
-    try:
-        with open("/proc/stat", encoding="ascii") as f:
-            ticks = [int(x) for x in f.readline().split()[1:9]]
-    except OSError:
-        return None
-    own = 0
-    for pid in pids:
-        try:
-            with open(f"/proc/{pid}/stat", encoding="ascii") as f:
-                own += sum(int(x) for x in f.read().rsplit(")", 1)[1].split()[11:13])  # utime, stime
-        except OSError:  # gone
-            pass
-    return (sum(ticks) - ticks[3] - ticks[4]) / TICKS, own / TICKS
-
-
-def others_load(before: tuple[float, float] | None, after: tuple[float, float] | None, wall_s: float) -> float | None:
-    """Cores used by other processes between two :func:`cpu_seconds` readings ``wall_s`` apart."""
-    if before is None or after is None:
-        return None
-    return max(0.0, (after[0] - before[0] - (after[1] - before[1])) / wall_s)
+def outcome(reply: dict) -> tuple[str, str | None]:
+    """A worker's reply as ``(status, message)``, the statuses of :class:`EntryResult`: ``ok`` (no message);
+    ``n/a``, the library cannot compute the variant (``not_applicable``: its reason); ``skipped``, a user error (the
+    variant does not apply here); ``failed``, it raised or its worker died; ``timeout``, stopped at its limit."""
+    if "not_applicable" in reply:
+        return "n/a", reply["not_applicable"]
+    if "user_error" in reply:
+        return "skipped", reply["user_error"]
+    if "error" in reply:
+        return "timeout" if reply.get("timed_out") else "failed", reply["error"]
+    return "ok", None
 
 
 @dataclass(frozen=True)
@@ -198,7 +68,7 @@ class Plan:
 
 
 class Member:
-    """An entry's processes: a request goes to every rank; the answer is rank 0's, or the first error."""
+    """An entry's processes: a request goes to every rank; the answer is rank 0's, or the first that is not ok."""
 
     def __init__(self, e: Entry, device: str, work: Path):
         extra = {"BENCH_THREADS": str(e.threads)}
@@ -220,7 +90,7 @@ class Member:
 
     def receive(self) -> dict:
         replies = [w.receive(self.entry.timeout_s) for w in self.workers]
-        return next((r for r in replies if "error" in r or "user_error" in r), replies[0])
+        return next((r for r in replies if outcome(r)[0] != "ok"), replies[0])
 
     def request(self, msg: dict) -> dict:
         self.send(msg)
@@ -232,8 +102,9 @@ class Member:
 
 
 def run(entries: list[Entry], plan: Plan, device: str, progress: bool = True) -> Session:
-    """Every entry set up, then ``plan.rounds`` paired rounds, then parity and the GEMM peak. An entry that raised a
-    user error is ``skipped``; one that crashed or overran ``failed``/``timeout``."""
+    """Every entry set up, then ``plan.rounds`` paired rounds, then parity and the GEMM peak. An entry whose reply is
+    not ok, in set-up or in a round, takes the status :func:`outcome` reads in it (``n/a``, ``skipped``, ``failed``,
+    ``timeout``) and keeps the rounds it had."""
     from tqdm import tqdm
 
     out = Session(entries={}, rounds={k: [] for k in plan.phases})
@@ -270,8 +141,9 @@ def run(entries: list[Entry], plan: Plan, device: str, progress: bool = True) ->
                     for m in order:
                         e = out.entries[m.entry.key]
                         reply = m.request({"op": "steps", "kind": kind, "n": e.steps_per_round[kind]})
-                        if "step_s" not in reply:  # lost mid-run: its rounds so far stay, the row says why it stopped
-                            e.status, e.error = "timeout" if reply.get("timed_out") else "failed", reply.get("error")
+                        status, message = outcome(reply)
+                        if status != "ok":  # lost mid-run: its rounds so far stay, the row says why it stopped
+                            e.status, e.error = status, message
                         elif kind == "parts":  # each part's median over the round's steps
                             for part in reply["step_s"][0]:
                                 median = statistics.median(x[part] for x in reply["step_s"])
@@ -291,16 +163,14 @@ def run(entries: list[Entry], plan: Plan, device: str, progress: bool = True) ->
 
 def _set_up(e: Entry, member: Member, reply: dict, plan: Plan, entries: dict[str, EntryResult]) -> list[Member]:
     """``member``, whose load answered ``reply``, set up: ``[member]``, or ``[]`` and its entry's reason."""
-    if "loaded" in reply:
+    if outcome(reply)[0] == "ok":
         reply = member.request({"op": "setup", "warmup": plan.warmup, "phases": plan.phases})
-    if "error" in reply or "user_error" in reply or "not_applicable" in reply:
+    status, message = outcome(reply)
+    if status != "ok":
         member.close()
-        status = ("n/a" if "not_applicable" in reply else "skipped" if "user_error" in reply
-                  else "timeout" if reply.get("timed_out") else "failed")
         # n/a after set-up (Dynamo compiled nothing) keeps what was measured; refused before it, nothing was
         setup = Setup(**{k: v for k, v in reply.items() if k != "not_applicable"}) if "vocab_size" in reply else None
-        entries[e.key] = EntryResult(e.label, e.replicate, status, reply.get("not_applicable") or
-                                     reply.get("user_error") or reply["error"], setup)
+        entries[e.key] = EntryResult(e.label, e.replicate, status, message, setup)
         return []
     entries[e.key] = EntryResult(e.label, e.replicate, "ok", None, Setup(**reply),
                                  {k: [] for k in plan.phases if k != "parts"},
@@ -310,13 +180,16 @@ def _set_up(e: Entry, member: Member, reply: dict, plan: Plan, entries: dict[str
 
 
 def _parity_and_peak(ok: list[Member], plan: Plan, out: Session) -> None:
+    """Each parity entry's losses (or why it has none) into ``out.parity``; each library's best GEMM rate into
+    ``out.gemm``, measured by one worker per framework (a worker that fails it measures nothing)."""
     for m in (m for m in ok if plan.parity_steps and m.entry.parity):
         for dtype in (None, m.entry.parity_reference) if m.entry.parity_reference else (None,):
             reply = m.request({"op": "parity", "n": plan.parity_steps, "dtype": dtype})
-            out.parity[m.entry.label + (f" {dtype}" if dtype else "")] = (reply.get("losses") or reply.get("error")
-                                                                          or reply.get("user_error"))
+            status, message = outcome(reply)
+            key = m.entry.label + (f" {dtype}" if dtype else "")
+            out.parity[key] = reply["losses"] if status == "ok" else message
     for framework in dict.fromkeys(m.entry.framework for m in ok) if plan.gemm_n else ():  # one worker per library
         reply = next(m for m in ok if m.entry.framework == framework).request({"op": "gemm", "n": plan.gemm_n})
-        for library, v in reply.get("gemm", {}).items():
+        for library, v in reply["gemm"].items() if outcome(reply)[0] == "ok" else ():
             if library not in out.gemm or v["gflop_s"] > out.gemm[library]["gflop_s"]:
                 out.gemm[library] = v

@@ -1,5 +1,6 @@
 """What a benchmark run measures: the variants (each a set of Config fields: exactly what a trainer can be asked to
-run), the sweeps of one Config field, and the quick configuration."""
+run), their tiers and the headline comparisons they take part in, the sweeps of one Config field, and the quick
+configuration."""
 from __future__ import annotations
 
 import dataclasses
@@ -24,6 +25,31 @@ TIERS = {"stock": "the framework's standard modules, differentiated by the frame
 
 
 @dataclass(frozen=True)
+class Headline:
+    """One of the sentences that open the report: a comparison against :data:`BASELINE` that a variant joins by
+    naming it in :attr:`Variant.headline`."""
+
+    sentence: str  # the whole sentence: {members} its variants' phrases joined by "; ", {baseline} the baseline
+    member: str  # one variant's phrase: {label}, {wording} (Variant.wording) and {speeds}, its ratios with their
+    # intervals ("trains at 1.02× [0.99–1.06] and infers at 0.73× [0.69–0.76] the speed of torch:eager")
+    fastest: bool = False  # only the fastest-training of its variants (a tie: the first in VARIANTS), else every one
+
+
+# The headline comparisons, in the report's order. A variant takes part in those its `headline` names wherever its
+# training step was compared with the baseline (no fallback), ran the tier it promises and stayed within its parity
+# band; a sentence with no variant to name is left out. A new comparison is one more entry here.
+HEADLINES = {
+    "stock": Headline("Stock against stock, {baseline} being PyTorch's nn.LSTM: {members}.",
+                      "{wording} ({label}) {speeds}"),
+    "best tuned": Headline("Best tuned JAX against stock PyTorch: {members}.", "{label} {speeds}", fastest=True),
+    "same algorithm": Headline("The same algorithm as nn.LSTM, hand-tuned {members}.", "({label}), {speeds}"),
+    "vendor kernel": Headline("Vendor kernel against vendor kernel: {members}.",
+                              "{wording} ({label}) {speeds} (nn.LSTM on cuDNN)"),
+    "compiled": Headline("Compiled: {members}.", "{wording} ({label}) {speeds}"),
+}
+
+
+@dataclass(frozen=True)
 class Variant:
     framework: str
     name: str
@@ -35,6 +61,8 @@ class Variant:
     # row is a fallback
     main: bool = False  # sweeps run it
     few_steps: bool = False  # slow by design: one training step per round
+    headline: tuple[str, ...] = ()  # the headline comparisons (keys of HEADLINES) it takes part in
+    wording: str = ""  # how those sentences name it, where their member phrase asks for {wording}
 
     @property
     def label(self) -> str:
@@ -49,24 +77,25 @@ VARIANTS = (
             "step per round", changes={"flush_denormal": False}, few_steps=True),
     Variant("torch", "compile", "compiled", "torch.compile(model), default settings (--torch-compile); timed only "
             "where Dynamo compiles the LSTM", BOTH, {"torch_compile": True},
-            {"cpu": "dynamo:lstm", "gpu": "dynamo:lstm"}),
+            {"cpu": "dynamo:lstm", "gpu": "dynamo:lstm"}, headline=("compiled",), wording="torch.compile"),
     Variant("jax", "flax", "stock", "what a Flax user writes: nn.RNN over Flax's nn.OptimizedLSTMCell (each step "
             "projects its input inside the loop), differentiated by JAX, fed PyTorch's weights: its one bias per "
             "gate is b_ih + b_hh, so it trains PyTorch's function (--lstm-impl flax)", BOTH, {"lstm_impl": "flax"},
-            {"cpu": "impl:flax", "gpu": "impl:flax"}),
+            {"cpu": "impl:flax", "gpu": "impl:flax"}, headline=("stock",),
+            wording="Flax nn.RNN over Flax's nn.OptimizedLSTMCell"),
     Variant("jax", "scan", "stock", "Flax nn.RNN over PyTorch's cell, differentiated by JAX; unlike "
             "nn.OptimizedLSTMCell it keeps two biases and projects the inputs of all steps before the loop, one GEMM "
             "(--lstm-impl scan, the readable reference)", BOTH, {"lstm_impl": "scan"},
-            {"cpu": "impl:scan", "gpu": "impl:scan"}),
+            {"cpu": "impl:scan", "gpu": "impl:scan"}, headline=("stock",), wording="Flax nn.RNN over PyTorch's cell"),
     Variant("jax", "nofold", "tuned", "our fused recurrence, nn.LSTM's algorithm (--lstm-impl fused "
             "--no-embed-fold)", BOTH, {"lstm_impl": "fused", "embed_fold": False},
-            {"cpu": "impl:fused", "gpu": "impl:fused"}, main=True),
+            {"cpu": "impl:fused", "gpu": "impl:fused"}, main=True, headline=("best tuned", "same algorithm")),
     Variant("jax", "jit", "tuned", "jax_impl.train's default: the fused recurrence with the embedding folded into "
             "layer 0's input projection (under bfloat16 the scan stack, --lstm-impl auto's choice there)", BOTH,
             kernel={"cpu": "impl:fused", "gpu": "impl:fused", "cpu:bfloat16": "impl:scan", "gpu:bfloat16": "impl:scan"},
-            main=True),
+            main=True, headline=("best tuned",)),
     Variant("jax", "cudnn", "vendor", "cuDNN's fused LSTM through jax.experimental.rnn (--lstm-impl cudnn)", GPU,
-            {"lstm_impl": "cudnn"}, {"gpu": "dnn_rnn"}),
+            {"lstm_impl": "cudnn"}, {"gpu": "dnn_rnn"}, headline=("vendor kernel",), wording="cuDNN through JAX"),
 )
 
 QUICK_CONFIG = {"embed_dim": 16, "hidden_dim": 16, "seq_len": 16, "batch_size": 8}

@@ -9,7 +9,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from benchmarks.plan import BASELINE  # noqa: E402
-from benchmarks.report import PARTS, label  # noqa: E402
+from benchmarks.results import PARTS  # noqa: E402
+from benchmarks.tables import label  # noqa: E402
 
 COLORS = {"torch": "#ee4c2c", "jax": "#3d7ebf", "torch:eager-defaults": "#f4a582", "jax:nofold": "#1b9e77",
           "jax:cudnn": "#7570b3", "jax:scan": "#66a61e", "jax:flax": "#e7298a"}

@@ -142,7 +142,7 @@ class Run:
     gemm_peak: dict  # gflop_s (the best on the benchmark's device), backend, measurements per library
     results: list[Row]
     comparisons: list[Comparison]
-    headline: list[str]  # one sentence per tier comparison (report.tier_sentences), each ratio with its interval
+    headline: list[str]  # one sentence per tier comparison (results.tier_sentences), each ratio with its interval
     rounds: dict[str, list[Round]]  # the base session's, per step kind
     sweep_rounds: dict[str, list[Round]]  # "field=value" -> that point's rounds, every kind
     parity: dict  # steps, baseline, losses per label, max_abs_dloss per label, errors, status

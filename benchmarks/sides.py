@@ -10,7 +10,7 @@ import time
 from collections import Counter
 from typing import Any, Callable
 
-from benchmarks.harness import usable_cpus
+from benchmarks.processes import usable_cpus
 from common.config import Config
 
 

@@ -19,7 +19,7 @@ from contextlib import ExitStack
 
 import numpy as np
 
-from benchmarks.harness import REPLY_TAG
+from benchmarks.processes import REPLY_TAG
 from benchmarks.sides import JaxSide, TorchSide, gemm_gflop_s
 from common.batches import batches
 from common.config import Config

@@ -59,3 +59,15 @@ def test_resolve_frameworks_refuses_unknown_names():
     assert bench.resolve_frameworks("jax, torch") == ["jax", "torch"]
     with pytest.raises(ConfigError, match="unknown framework 'foo'"):
         bench.resolve_frameworks("foo")
+
+
+def test_the_variant_table_says_which_headline_comparisons_each_variant_takes_part_in():
+    taking = {key: [v.label for v in plan.VARIANTS if key in v.headline] for key in plan.HEADLINES}
+    assert taking == {"stock": ["jax:flax", "jax:scan"], "best tuned": ["jax:nofold", "jax:jit"],
+                      "same algorithm": ["jax:nofold"], "vendor kernel": ["jax:cudnn"], "compiled": ["torch:compile"]}
+
+
+def test_every_headline_a_variant_names_has_a_sentence_and_the_wording_its_phrase_asks_for():
+    for v in plan.VARIANTS:
+        assert set(v.headline) <= set(plan.HEADLINES), v.label
+        assert all(v.wording for key in v.headline if "{wording}" in plan.HEADLINES[key].member), v.label

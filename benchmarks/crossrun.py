@@ -1,0 +1,121 @@
+"""The tools that read several saved runs (``results.json``, read back through :func:`schema.read_run`):
+``bench.py compare`` sets two runs side by side, row by row, and ``bench.py coverage`` measures how often each run's
+95% intervals hold the other runs' median ratio (``--rounds-only``: with the intervals recomputed without resampling
+the worker processes, for comparison)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from benchmarks import schema
+from benchmarks.plan import BASELINE
+from benchmarks.stats import paired_ratio, round_means
+from benchmarks.tables import label, ms, table
+from common.config import Parser
+from common.errors import ConfigError
+
+
+def rounds_only(doc: dict) -> dict:
+    """``doc`` with its base train and eval comparisons' intervals recomputed as a one-level bootstrap over the rounds,
+    each round's replicates averaged and held fixed: what the intervals would be without resampling the workers."""
+    per = {(label(r), r["step"]): r["round_s"] for r in doc["results"] if r["sweep"] is None and r["step_s"]}
+
+    def level_one(c: dict) -> dict:
+        sides = [[round_means(per[name, c["step"]])] for name in (BASELINE, c["variant"])]  # one "replicate" each
+        return {**c, "ci95": paired_ratio(*sides)[1]}
+
+    return {**doc, "comparisons": [level_one(c) for c in doc["comparisons"]
+                                   if c["sweep"] is None and c["step"] in ("train", "eval")]}
+
+
+def coverage(docs: Sequence[dict], names: Sequence[str], markdown: bool) -> str:
+    """For each base-configuration comparison (variant and step kind) found in every run: whether each run's 95%
+    interval holds the median ratio of the other runs. Intervals that describe the spread between runs do so about
+    95% of the time; a lower rate means each run's interval is narrower than run-to-run variation."""
+    keyed = [{(c["variant"], c["step"]): c for c in d["comparisons"] if c["sweep"] is None} for d in docs]
+    shared = [k for k in keyed[0] if all(k in x for x in keyed[1:])]
+    if not shared:
+        raise ConfigError("coverage: the runs have no comparison in common (same variant and step kind)")
+    rows, held = [], {}
+    for key in shared:
+        cells = []
+        for i, run in enumerate(keyed):
+            others = float(np.median([x[key]["ratio"] for j, x in enumerate(keyed) if j != i]))
+            (low, high), hit = run[key]["ci95"], run[key]["ci95"][0] <= others <= run[key]["ci95"][1]
+            held.setdefault(key[1], []).append(hit)
+            cells.append(f"{run[key]['ratio']:.2f} [{low:.2f}–{high:.2f}]" + ("" if hit else " ✗"))
+        rows.append([*key, *cells, f"{sum(held[key[1]][-len(docs):])}/{len(docs)}"])
+    head = [f"run {i + 1}: {name} ({d['environment'].get('date', '?')}, {d['environment'].get('cpu_model', '?')}, "
+            f"{d['settings'].get('replicates', 1)} replicates × {d['settings'].get('rounds')} rounds)"
+            for i, (name, d) in enumerate(zip(names, docs))]
+    body = table(["variant", "step", *(f"run {i + 1}" for i in range(len(docs))), "held"], rows, markdown)
+    summary = [f"{kind}: {sum(x)} of {len(x)} intervals ({100 * sum(x) / len(x):.0f}%) hold the other runs' median "
+               f"ratio" for kind, x in held.items()]
+    everything = [x for v in held.values() for x in v]
+    summary.append(f"all: {sum(everything)} of {len(everything)} ({100 * sum(everything) / len(everything):.0f}%); "
+                   "✗: the interval misses it")
+    return "\n".join((["# Interval coverage between runs", ""] if markdown else []) + [("- " if markdown else "") + h
+                                                                                   for h in head]
+                     + ["", body, ""] + [("- " if markdown else "") + x for x in summary]) + "\n"
+
+
+def compare(a: dict, b: dict, names: Sequence[str], markdown: bool) -> str:
+    """Rows measured in both runs (same variant, step kind and sweep point): A's and B's ms, and A ms / B ms."""
+    def key(r):
+        return label(r), r["step"], json.dumps(r["sweep"], sort_keys=True)
+
+    theirs = {key(r): r for r in b["results"] if r["step_s"]}
+    rows = [[label(r), r["step"], f"{r['sweep']['field']}={r['sweep']['value']}" if r["sweep"] else "base", ms(r),
+             ms(theirs[key(r)]), f"{r['step_s']['median'] / theirs[key(r)]['step_s']['median']:.2f}×"]
+            for r in a["results"] if r["step_s"] and key(r) in theirs]
+    if not rows:
+        raise ConfigError("compare: the two runs have no rows in common (same variant, step and sweep point)")
+    head = [f"{tag}: {name} ({d['environment'].get('date', '?')}, {d['environment'].get('cpu_model', '?')}, "
+            f"{', '.join(f'{k} {v}' for k, v in d['environment'].get('devices', {}).items())})"
+            for tag, d, name in zip("AB", (a, b), names)]
+    body = table(["variant", "step", "config", "A ms", "B ms", "A ms / B ms (above 1: B faster)"], rows, markdown)
+    return "\n".join((["# Two benchmark runs side by side", ""] if markdown else [])
+                     + [("- " if markdown else "") + h for h in head] + ["", body]) + "\n"
+
+
+def write_markdown(path: str | None, text: str) -> None:
+    """``text`` to ``path`` when one was given (``--out``)."""
+    if path:
+        try:
+            Path(path).write_text(text, encoding="utf-8")
+        except OSError as err:
+            raise ConfigError(f"--out {path}: cannot write ({err.strerror})") from None
+
+
+def coverage_main(argv: list[str]) -> int:
+    """``bench.py coverage RUN_1 RUN_2 RUN_3 ... [--rounds-only] [--out FILE.md]``."""
+    parser = Parser(prog="benchmarks/bench.py coverage", description="how often each run's 95%% interval holds the "
+                    "median ratio of the other runs (runs of one configuration on one machine)")
+    parser.add_argument("runs", nargs="+", help="results directories or their results.json (at least 3)")
+    parser.add_argument("--out", default=None, help="also write the table as Markdown to this file")
+    parser.add_argument("--rounds-only", action="store_true", help="the train and eval intervals recomputed as a "
+                        "one-level bootstrap over rounds, the replicates held fixed (for comparison)")
+    ns = parser.parse_args(argv)
+    if len(ns.runs) < 3:
+        raise ConfigError(f"coverage: needs at least 3 runs, got {len(ns.runs)}")
+    docs = [schema.read_run(x, "coverage") for x in ns.runs]
+    docs = [rounds_only(d) for d in docs] if ns.rounds_only else docs
+    print(coverage(docs, ns.runs, markdown=False), end="")
+    write_markdown(ns.out, coverage(docs, ns.runs, markdown=True))
+    return 0
+
+
+def compare_main(argv: list[str]) -> int:
+    """``bench.py compare RUN_A RUN_B [--out FILE.md]``."""
+    parser = Parser(prog="benchmarks/bench.py compare", description="two benchmark runs side by side")
+    parser.add_argument("run_a", help="a results directory or its results.json")
+    parser.add_argument("run_b")
+    parser.add_argument("--out", default=None, help="also write the table as Markdown to this file")
+    ns = parser.parse_args(argv)
+    a, b = schema.read_run(ns.run_a), schema.read_run(ns.run_b)
+    print(compare(a, b, (ns.run_a, ns.run_b), markdown=False), end="")
+    write_markdown(ns.out, compare(a, b, (ns.run_a, ns.run_b), markdown=True))
+    return 0

@@ -1,0 +1,200 @@
+"""The reports, from a results document as ``results.json`` holds it: a speed run's (the main table by tier, the
+headline sentences, notes, the parts table, parity and method, the environment, one table per sweep, the variants) as
+text for stdout or Markdown for results.md, and convergence mode's tables in Markdown."""
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+from benchmarks import plan
+from benchmarks.plan import BASELINE
+from benchmarks.results import BFLOAT16_BAND, PARITY_TOL, PARTS, REFERENCE
+from benchmarks.stats import METHOD, round_means, unpaired_ratio
+from benchmarks.tables import fmt, kernel, label, ms, pairs, parity_cell, ratio_cell, table
+
+MAIN_COLUMNS = ("tier", "variant", "step", "kernel", "parity", "median ms", "p25–p75 ms", f"vs {BASELINE} [95% CI]",
+                "reps×rounds×steps", "compile s", "first s", "samples/s", "peak MB", "exec GFLOP", "GFLOP/s", "util")
+PARTS_METHOD = ("Each part timed on its own, in the same paired rounds and batches: torch, the trainer's own step with "
+                "a clock read (after a device sync) as the loss, the backward pass and the optimizer update (clip, "
+                "Adam) end; JAX, the step as three jitted functions: the loss, loss and gradient (backward: its "
+                "time less the loss's), and the update. sum / step: the parts' medians against the whole step's "
+                "(JAX above 1: XLA fuses the whole step, not its parts).")
+PARTS_COLUMNS = ("variant", *(f"{p} ms" for p in PARTS), "sum / step", *(f"{p} vs {BASELINE}" for p in PARTS))
+SWEEP_COLUMNS = ("value", "variant", "kernel", "parity", "train ms", f"train vs {BASELINE}", "eval ms",
+                 f"eval vs {BASELINE}", "train samples/s", "exec GFLOP train", "rounds")
+SCALING = ("At a fixed global batch, torch runs N DDP ranks (gloo on a CPU, the threads split between them) and JAX "
+           "one process over N devices (simulated on a CPU); efficiency = training throughput / (N × the smallest "
+           "count's per device), 1.0 is linear. On a CPU the N devices share the same cores: this measures the "
+           "overhead of data parallelism, not a speed-up.")
+
+
+def base_rows(doc: dict) -> list[dict]:
+    """The base configuration's rows that ran, grouped by tier (in TIERS' order), in the run's order within one."""
+    rows = [r for r in doc["results"] if r["sweep"] is None and r["step_s"]]
+    return sorted(rows, key=lambda r: list(plan.TIERS).index(r["tier"]))
+
+
+def main_rows(doc: dict) -> list[list[str]]:
+    """The main table: each base row that ran, by tier, with its kernel, parity, times, ratio and rates."""
+    return [[r["tier"], label(r) + (" (fallback)" if r["fallback"] else ""), r["step"], kernel(r) if r["step"] ==
+             "train" else "", parity_cell(r) if r["step"] == "train" else "", ms(r),
+             f"{r['step_s']['p25'] * 1e3:.1f}–{r['step_s']['p75'] * 1e3:.1f}", ratio_cell(doc, r),
+             f"{r['replicates']}×{r['rounds']}×{r['steps_per_round']}", fmt(r["compile_s"], ".2f"),
+             fmt(r["first_step_s"], ".2f"), f"{r['samples_per_s']:.1f}", fmt(r["peak_mem_mb"], ".0f"),
+             f"{r['executed_gflop_per_step']:.4g}", f"{r['achieved_gflop_s']:.1f}",
+             fmt(r["utilisation"], ".1%")] for r in base_rows(doc)]
+
+
+def parts_rows(doc: dict) -> list[list[str]]:
+    """Per variant: the median of each part of the training step, their sum against the whole step, and each part's
+    paired ratio against the baseline."""
+    out = []
+    for r in (r for r in base_rows(doc) if r["step"] == "train" and r["parts"]):
+        parts = [r["parts"][p]["median"] if r["parts"].get(p) else None for p in PARTS]
+        total = sum(x for x in parts if x is not None)
+        out.append([label(r), *(fmt(x and x * 1e3, ".1f") for x in parts), f"{total / r['step_s']['median']:.2f}",
+                    *(ratio_cell(doc, {**r, "step": p}) for p in PARTS)])
+    return out
+
+
+def sweep_rows(doc: dict, name: str) -> list[list[str]]:
+    """One row per (value, variant): time per step kind and the paired ratios with their intervals."""
+    out = []
+    for r in (r for r in doc["results"] if r["sweep"] and r["sweep"]["field"] == name and r["step"] == "train"):
+        ev = next((x for x in doc["results"] if x["sweep"] == r["sweep"] and x["step"] == "eval"
+                   and label(x) == label(r)), None)
+        busy = sum(b["busy"] for b in doc["sweep_rounds"].get(f"{name}={r['sweep']['value']}", []))
+        out.append([str(r["sweep"]["value"]), label(r), kernel(r), parity_cell(r),
+                    ms(r) if r["step_s"] else r["status"], ratio_cell(doc, r), ms(ev), ratio_cell(doc, ev),
+                    fmt(r["samples_per_s"], ".1f"), fmt(r["executed_gflop_per_step"], ".4g"),
+                    f"{r['rounds']}" + (f" ({busy} busy)" if busy else "")]
+                   + ([fmt(r.get("efficiency"), ".2f")] if name == "devices" else []))
+    return out
+
+
+def dtype_costs(doc: dict) -> list[str]:
+    """A sweep of dtype: per variant and step kind, its float32 time over its bfloat16 time (above 1: bfloat16 is
+    faster). The two points are sessions of their own, so the ratio is unpaired: its median over each side's rounds
+    (each the mean of its replicates), the 95% interval a bootstrap of the two sides' rounds apart."""
+    at = {(label(r), r["step"], r["sweep"]["value"]): r for r in doc["results"]
+          if r["sweep"] and r["sweep"]["field"] == "dtype" and r["step_s"]}
+    rng, out = np.random.default_rng(0), []
+    for (name, kind, value), r in at.items():
+        other = at.get((name, kind, "float32"))
+        if value != "bfloat16" or other is None:
+            continue
+        ratio, (low, high) = unpaired_ratio(*(round_means(y["round_s"]) for y in (other, r)), rng)
+        out.append(f"{name} {kind}: float32 ms / bfloat16 ms = {ratio:.2f}× [{low:.2f}–{high:.2f}] (unpaired: two "
+                   "sessions)")
+    return out
+
+
+def render(doc: dict, charts: Sequence[str] = (), markdown: bool = False) -> str:
+    """The whole report: stdout (``markdown=False``) or results.md."""
+    c, s, e, p, q = doc["base_config"], doc["settings"], doc["environment"], doc["gemm_peak"], doc["parity"]
+    notes = sorted({f"{label(r)}: {r['status']}: {r['error']}" for r in doc["results"]
+                    if r["sweep"] is None and not r["step_s"] and r["status"] != "n/a"})  # n/a: in the headline
+    if p["gflop_s"]:
+        notes.append(f"float32 GEMM peak (best of 8 n×n products per library): {p['gflop_s']:.1f} GFLOP/s by "
+                     f"{p['backend']} [" + ", ".join(f"{k} {v['gflop_s']:.1f} ({v['device']}, n={v['n']}, "
+                                                    f"{v['precision']})"
+                                                    for k, v in p["measurements"].items()) + "]")
+    base = q["losses"].get(q["baseline"])
+    parity = [f"parity over {q['steps']} training steps (same weights and batches, dropout 0), max |Δloss| against "
+              f"{q['baseline']} (step 1: {base[0]:.6f}, step {q['steps']}: {base[-1]:.6f}): "
+              + ", ".join(f"{k} {v:.3g}" for k, v in q["max_abs_dloss"].items())
+              if q["status"] == "ok" else f"parity: {q['status']}",
+              f"ratios: {METHOD}; busy rounds (other processes > half the cores): "
+              + ", ".join(f"{k} {sum(r['busy'] for r in v)}/{len(v)}" for k, v in doc["rounds"].items())
+              + "; util = model GFLOP/s ÷ the GEMM peak; exec GFLOP: what the variant computes (benchmarks/flops.py)"]
+    for r in (r for r in doc["results"] if r["sweep"] is None and r["step"] == "train" and r["provenance"]
+              and "dynamo" in r["provenance"]):
+        info = r["provenance"]["dynamo"]
+        parity.append(f"{label(r)}: Dynamo traced {info['frames_ok']} of {info['frames_total']} frames into "
+                      f"{info['unique_graphs']} graph(s), {info['graph_breaks']} graph break(s); could not trace: "
+                      f"{pairs(info['unimplemented']) or 'nothing'}")
+    parity.append("kernel: torch, the LSTM op torch.profiler saw in a training step; JAX, the implementation and the "
+                  "while loops over float arrays its compiled training step holds. A row whose kernel is not the "
+                  "one its label promises is a fallback, kept out of the comparisons. parity: max |Δloss| against "
+                  f"{BASELINE} over the parity steps (a bfloat16 row: against {REFERENCE}); (!) beyond its band "
+                  f"(float32 {PARITY_TOL:g}, bfloat16 {BFLOAT16_BAND:g}), kept out of the tier sentences")
+    # Everything the environment records: CPU, versions, threads, precision, XLA's setup, load.
+    env = [f"{k}: {pairs(v) if isinstance(v, dict) else fmt(v, '.3g' if isinstance(v, float) else '')}"
+           for k, v in e.items()]
+    section = lambda title: ["", f"## {title}", ""] if markdown else ["", f"{title}:"]  # noqa: E731
+    items = lambda lines: [("- " if markdown else "") + x for x in lines]  # noqa: E731
+    out = (["# LSTM twins benchmark", ""] if markdown else []) + [
+        f"config: B {c['batch_size']}, T {c['seq_len']}, E {c['embed_dim']}, H {c['hidden_dim']}, L {c['layers']}, "
+        f"V {doc['vocab_size']}, {c['dtype']}, corpus {c['data']}; {s['replicates']} worker processes per variant, "
+        f"{s['rounds']} paired rounds per step kind of {s['steps']} training, {s['eval_steps']} evaluation and "
+        f"{s['parts_steps']} part-timed training steps per process, after the first step (reported apart) and "
+        f"{s['warmup']} warm-up steps"
+        + "".join(f"; {k}: 1 training step per round" for k in doc["variants"] if k.endswith("-defaults"))]
+    out += [("> **Warning:** " if markdown else "WARNING: ") + w for w in doc["warnings"]]
+    out += ["", table(MAIN_COLUMNS, main_rows(doc), markdown), "", *items(doc["headline"]), "", *items(notes)]
+    if parts_rows(doc):
+        out += [*section("Where the training step's time goes"), PARTS_METHOD, "",
+                table(PARTS_COLUMNS, parts_rows(doc), markdown)]
+    out += [*section("Parity and method"), *items(parity), *section("Environment"), *items(env)]
+    for field in (sweep["field"] for sweep in doc["settings"]["sweeps"]):
+        scaling = field == "devices"
+        title = f"Sweep of {field}" + (" (data-parallel scaling)" if scaling else "")
+        out += [*section(title), f"Others at the base config; ratios vs {BASELINE} with 95% intervals."
+                + (" " + SCALING if scaling else ""), "",
+                table((*SWEEP_COLUMNS, "efficiency") if scaling else SWEEP_COLUMNS, sweep_rows(doc, field), markdown)]
+        if field == "dtype":
+            out += ["", "What bfloat16 costs (below 1) or gains (above 1) against float32, per variant:", "",
+                    *items(dtype_costs(doc))]
+    out += [*section("Variants"), *[f"- `{k}`: {v}" for k, v in doc["variants"].items()]]
+    if markdown:
+        out += ["", "## Charts", ""] + [f"![{c}]({c})" for c in charts]
+    return "\n".join(out) + "\n"
+
+
+def twin_name(framework: str, dtype: str) -> str:
+    """A twin in the report: its framework, and its dtype unless float32 (``torch``, ``torch bfloat16``)."""
+    return framework if dtype == "float32" else f"{framework} {dtype}"
+
+
+def convergence_tables(doc: dict) -> str:
+    """Convergence mode's report: the per-epoch and per-run tables, the per-twin summary over seeds, each twin's
+    bfloat16 beside its float32, and the baselines, in Markdown."""
+    runs, target, summary = doc["runs"], doc["target"], doc["summary"]
+    out = [f"Target validation accuracy: {target:.2f}; seeds {', '.join(map(str, doc['seeds']))}; "
+           f"{doc['steps_per_epoch']} steps per epoch; times are training seconds (evaluation excluded), compilation "
+           "apart. Test accuracy: the best-validation weights (--save-dir), as the trainers score it.", "",
+           table(("twin", "seed", "epoch", "train loss", "val loss", "val acc", "train s"), [
+               [r["twin"], r["seed"], e["epoch"], fmt(e["train_loss"], ".4f"), f"{e['val_loss']:.4f}",
+                f"{e['val_accuracy']:.4f}", f"{e['train_s']:.1f}"] for r in runs for e in r["epochs"]], True), "",
+           table(("twin", "seed", "test loss", "test acc", "compile s", "median step s", "train s",
+                  f"time to val acc {target:.2f}"), [
+               [r["twin"], r["seed"], f"{r['test_loss']:.4f}", f"{r['test_accuracy']:.4f}",
+                f"{r['compile_s']:.2f}", f"{r['median_step_s']:.3f}", f"{r['train_s']:.1f}",
+                fmt(r["time_to_target_s"], ".1f") + " s"]
+               for r in runs], True), "",
+           table(("twin", "test acc (mean ± std over seeds)", "train s (mean)", "time to target (mean)", "reached"), [
+               [fw, f"{summary[fw]['test_accuracy_mean']:.4f} ± {summary[fw]['test_accuracy_std']:.4f}",
+                f"{summary[fw]['train_s_mean']:.1f}", fmt(summary[fw]["time_to_target_s_mean"], ".1f") + " s",
+                summary[fw]["reached_target"]] for fw in doc["twins"]], True)]
+    verdict = {True: "yes", False: "no", None: "n/a (one seed: no spread to compare with)"}
+    for key in (k for k in summary if k.startswith("agreement")):
+        out += ["", f"Test-accuracy gap between the twins{key.removeprefix('agreement')}: "
+                f"{summary[key]['test_accuracy_gap']:.4f}; within one standard deviation: "
+                f"{verdict[summary[key]['within_one_std']]}."]
+    low = [d for d in doc["dtypes"] if d != "float32"]
+    if low:  # each twin's lower precision beside its float32, means over seeds
+        beside = [(fw, summary[fw], summary[twin_name(fw, d)], d) for fw in doc["frameworks"] for d in low]
+        out += ["", "Each twin in bfloat16 beside its float32 (means over seeds; the same seed's weights, batches and "
+                "dropout draws in both; val acc: the last evaluation's):", "", table(
+                    ("twin", "dtype", "val acc float32", "val acc", "Δ val acc", "test acc float32", "test acc",
+                     "Δ test acc", "train s float32", "train s"), [
+                        [fw, d, fmt(a["val_accuracy_mean"], ".4f"), fmt(b["val_accuracy_mean"], ".4f"),
+                         fmt(b["val_accuracy_mean"] - a["val_accuracy_mean"], "+.4f"), f"{a['test_accuracy_mean']:.4f}",
+                         f"{b['test_accuracy_mean']:.4f}", f"{b['test_accuracy_mean'] - a['test_accuracy_mean']:+.4f}",
+                         f"{a['train_s_mean']:.1f}", f"{b['train_s_mean']:.1f}"] for fw, a, b, d in beside], True)]
+    if doc["baselines"]:
+        out += ["", "Classical baselines on the same split (context, not twins):", "", table(
+            ("model", "val acc", "test acc"), [[b["model"], f"{b['val_accuracy']:.4f}", f"{b['test_accuracy']:.4f}"]
+                                               for b in doc["baselines"]], True)]
+    return "\n".join(out)

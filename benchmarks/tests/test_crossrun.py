@@ -1,0 +1,69 @@
+"""The tools that read several saved runs: compare, coverage and the rounds-only intervals, from synthetic documents
+and from the runs checked in under docs/bench."""
+from pathlib import Path
+
+import pytest
+
+from benchmarks import crossrun, schema
+from benchmarks.tests.sessions import entry, results_doc, session
+from common.errors import ConfigError
+
+BENCH = Path(__file__).resolve().parents[2] / "docs" / "bench"
+
+
+def test_compare_sets_matching_rows_side_by_side():
+    slow = session()
+    slow.entries["jax:jit#1"].round_s["train"] = [0.4] * 5
+    text = crossrun.compare(results_doc(session()), results_doc(slow), ["a", "b"], markdown=False)
+    line = next(x for x in text.splitlines() if x.startswith("jax:jit") and " train " in x)
+    assert line.split()[-3:] == ["100.0", "400.0", "0.25×"]
+    markdown = crossrun.compare(results_doc(session()), results_doc(slow), ["a", "b"], markdown=True)
+    assert markdown.startswith("# Two benchmark runs")
+
+
+def _run_with(ratios: dict[tuple[str, str], tuple[float, float, float]]) -> dict:
+    """A results document holding only comparisons: (variant, step) -> (ratio, low, high)."""
+    return {"environment": {"date": "d", "cpu_model": "cpu"}, "settings": {"replicates": 2, "rounds": 8},
+            "comparisons": [{"variant": v, "step": k, "sweep": None, "ratio": r, "ci95": [lo, hi]}
+                            for (v, k), (r, lo, hi) in ratios.items()]}
+
+
+def test_coverage_counts_the_intervals_that_hold_the_median_ratio_of_the_other_runs():
+    # Train: other runs' medians 1.20, 1.20, 1.15, 1.20 → runs 1, 3, 4 hold theirs; run 2's interval [1.0, 1.1]
+    # misses 1.20. Eval: every interval is wide, so all four hold.
+    runs = [_run_with({("jax:jit", "train"): t, ("jax:jit", "eval"): (1.0, 0.5, 1.5)})
+            for t in ((1.20, 1.1, 1.3), (1.05, 1.0, 1.1), (1.25, 1.15, 1.35), (1.15, 1.1, 1.3))]
+    text = crossrun.coverage(runs, ["a", "b", "c", "d"], markdown=False)
+    train = next(x for x in text.splitlines() if x.startswith("jax:jit") and " train " in x)
+    assert train.split()[-1] == "3/4" and "1.05 [1.00–1.10] ✗" in train
+    assert "train: 3 of 4 intervals (75%) hold the other runs' median ratio" in text
+    assert "eval: 4 of 4 intervals (100%)" in text and "all: 7 of 8 (88%)" in text
+
+
+def test_coverage_refuses_runs_with_no_comparison_in_common():
+    with pytest.raises(ConfigError, match="no comparison in common"):
+        crossrun.coverage([_run_with({("jax:jit", "train"): (1, 1, 1)}), _run_with({("jax:scan", "eval"): (1, 1, 1)}),
+                           _run_with({("jax:jit", "train"): (1, 1, 1)})], ["a", "b", "c"], markdown=False)
+
+
+def test_rounds_only_intervals_hold_the_replicates_fixed_and_so_miss_their_spread():
+    # jax:jit's two workers: one twice as fast as the other in every round. Resampled, the replicates span ratios
+    # 1 to 2; held fixed (averaged per round), every round gives 0.2 / 0.15, an interval of no width.
+    s = session(**{"slow": entry("jax:jit", [0.2] * 5, [0.1] * 5, "fused", replicate=2)})
+    s.entries["jax:jit#1"].round_s = {"train": [0.1] * 5, "eval": [0.05] * 5}
+    doc = results_doc(s)
+    train = next(c for c in doc["comparisons"] if (c["variant"], c["step"]) == ("jax:jit", "train"))
+    assert train["ci95"] == pytest.approx([1.0, 2.0])
+    fixed = next(c for c in crossrun.rounds_only(doc)["comparisons"]
+                 if c["variant"] == "jax:jit" and c["step"] == "train")
+    assert fixed["ci95"] == pytest.approx([0.2 / 0.15, 0.2 / 0.15]) and fixed["ratio"] == train["ratio"]
+
+
+def test_the_checked_in_coverage_runs_hold_92_percent_and_62_percent_with_the_replicates_fixed():
+    # docs/benchmarks.md quotes both figures: five runs of make bench, the fifth the one in docs/bench.
+    names = [*(str(BENCH / "coverage-runs" / f"run{i}") for i in range(1, 5)), str(BENCH)]
+    docs = [schema.read_run(x, "coverage") for x in names]
+    assert crossrun.coverage(docs, names, markdown=False).splitlines()[-1] == (
+        "all: 92 of 100 (92%); ✗: the interval misses it")
+    assert crossrun.coverage([crossrun.rounds_only(d) for d in docs], names, markdown=False).splitlines()[-1] == (
+        "all: 25 of 40 (62%); ✗: the interval misses it")

@@ -1,0 +1,235 @@
+"""Rows, paired comparisons, fallbacks, parity and its bands, the GEMM peak, warnings, scaling efficiency and the
+headline sentences, from synthetic sessions (no worker runs) and from the runs checked in under docs/bench."""
+import json
+from dataclasses import asdict, replace
+from pathlib import Path
+
+import pytest
+
+from benchmarks import plan, results
+from benchmarks.plan import Headline, Variant
+from benchmarks.schema import Comparison, Round, Row
+from benchmarks.tests.sessions import CFG, configs, entry, session
+
+SAVED_RUNS = sorted((Path(__file__).resolve().parents[2] / "docs" / "bench").rglob("results.json"))
+
+
+def test_row_takes_the_median_over_rounds_and_derives_throughput_flops_and_utilisation():
+    rows = results.rows_for(session(), configs(session()), None, peak=10.0)
+    jit = next(r for r in rows if r.variant == "jit" and r.step == "train")
+    model = 3 * (2 * 40 * 64 * (8 + 16) + 2 * 40 * 64 * (16 + 16) + 2 * 4 * 16) / 1e9
+    assert asdict(jit.step_s) == {"median": pytest.approx(0.1), "p25": pytest.approx(0.1), "p75": pytest.approx(0.1)}
+    assert jit.model_gflop_per_step == pytest.approx(model, rel=1e-12)
+    assert jit.samples_per_s == pytest.approx(4 / 0.1)
+    assert jit.utilisation == pytest.approx(model / 0.1 / 10.0)
+    assert (jit.flush_denormal, jit.rounds, jit.steps_per_round) == (True, 5, 3)
+
+
+def test_executed_flops_credit_the_fold_only_to_the_fused_stack():
+    rows = results.rows_for(session(), configs(session()), None, peak=None)
+    by = {(r.variant, r.step): r for r in rows}
+    saved = 2 * 4 * 16 * 8 * (40 - 30) / 1e9  # layer 0's projection over 30 table rows instead of 40 tokens
+    assert by["jit", "eval"].executed_gflop_per_step == pytest.approx(by["jit", "eval"].model_gflop_per_step
+                                                                      - saved, rel=1e-12)
+    assert by["eager", "eval"].executed_gflop_per_step == by["eager", "eval"].model_gflop_per_step
+
+
+def test_a_skipped_variant_becomes_rows_with_its_reason_and_no_numbers():
+    rows = results.rows_for(session(), {k: {**CFG, "lstm_impl": "cudnn"} for k in configs(session())}, None, 1.0)
+    cudnn = [r for r in rows if r.variant == "cudnn"]
+    assert [(r.step, r.status, r.step_s) for r in cudnn] == [("train", "skipped", None), ("eval", "skipped", None)]
+    assert cudnn[0].error == "cudnn LSTM needs a CUDA GPU; this backend is cpu"
+
+
+def test_a_bfloat16_row_has_no_utilisation_against_the_float32_gemm_peak():
+    s = session()
+    cfgs = {**configs(s), "jax:jit": {**CFG, "dtype": "bfloat16"}}
+    rows = results.rows_for(s, cfgs, None, peak=1.0)
+    by = {(r.variant, r.step): r for r in rows}
+    assert by["jit", "train"].utilisation is None and by["eager", "train"].utilisation > 0
+
+
+def test_comparisons_pair_every_variant_with_the_baseline_per_step_kind():
+    out = results.comparisons_for(session(), None)
+    assert [(c.variant, c.step) for c in out] == [("jax:jit", "train"), ("jax:jit", "eval")]
+    train = out[0]
+    assert (train.baseline, train.ratio, train.ci95, train.rounds) == ("torch:eager", 2.0, [2.0, 2.0], 5)
+    assert train.busy_rounds == 1 and "bootstrap" in train.method
+    assert out[1].ratio == pytest.approx(2.0)  # per-round ratios 2, 1, 2, 1, 2
+
+
+def test_a_row_whose_kernel_is_not_the_one_its_label_promises_is_a_fallback_kept_out_of_the_comparisons():
+    # jax:jit promises the fused recurrence; this worker's compiled step ran the reference scan instead.
+    s = session(**{"slow": entry("jax:nofold", [0.1] * 5, [0.1] * 5, "fused"),
+                   "fake": entry("jax:jit", [0.05] * 5, [0.05] * 5, "scan", replicate=2)})
+    s.entries["jax:jit#1"].setup.provenance = {"kernels": ["impl:scan"]}
+    rows = results.rows_for(s, configs(s), None, peak=None)
+    jit = next(r for r in rows if r.variant == "jit" and r.step == "train")
+    assert jit.fallback == "jax:jit promises impl:fused on the cpu, but its training step ran impl:scan"
+    assert {c.variant for c in results.comparisons_for(s, None)} == {"jax:nofold"}
+    assert "fallback, kept out of the comparisons: jax:jit promises impl:fused" in results.warnings(rows, [])[0]
+    assert not any("jax:jit" in x for x in results.tier_sentences(rows, results.comparisons_for(s, None)))
+
+
+def test_torch_eager_on_a_gpu_without_cudnn_is_a_fallback_and_takes_every_comparison_with_it():
+    s = session()
+    s.entries["torch:eager#1"].setup.info["device"] = "cuda"
+    assert results.fallback("torch:eager", s.entries["torch:eager#1"].setup).startswith(
+        "torch:eager promises _cudnn_rnn on the gpu")
+    assert results.comparisons_for(s, None) == []  # no baseline: no ratio means anything
+
+
+def test_gemm_peak_is_the_best_measurement_on_the_benchmark_device():
+    measured = {"torch": {"gflop_s": 90.0, "n": 8, "device": "cuda"},
+                "numpy": {"gflop_s": 120.0, "n": 8, "device": "cpu"},  # the host: not the GPU's peak
+                "jax": {"gflop_s": 95.0, "n": 8, "device": "cuda"}}
+    on_gpu = results.gemm_peak(measured, "cuda")
+    assert (on_gpu["gflop_s"], on_gpu["backend"]) == (95.0, "jax")
+    assert results.gemm_peak(measured, "cpu")["backend"] == "numpy"
+
+
+def test_parity_reports_each_variants_largest_loss_difference_from_the_baseline():
+    out = results.parity({"torch:eager": [0.7, 0.6, 0.5], "jax:jit": [0.7, 0.6000004, 0.4999999],
+                          "jax:cudnn": [0.7, 0.6, 0.5002]}, 3)
+    assert out["status"] == "ok" and out["baseline"] == "torch:eager"
+    assert out["max_abs_dloss"] == {"jax:jit": pytest.approx(4e-7, rel=1e-3), "jax:cudnn": pytest.approx(2e-4)}
+    assert results.parity({"torch:eager": [0.7]}, 3)["status"].startswith("skipped")
+    assert results.parity({"jax:jit": [0.7]}, 3)["status"].startswith("skipped: needs torch:eager")
+    assert results.parity({}, 0)["status"] == "skipped (--parity-steps 0)"
+
+
+def test_a_float32_row_beyond_the_parity_band_is_flagged_and_left_out_of_the_sentences():
+    s = session()
+    parity = results.parity({"torch:eager": [0.7, 0.6], "jax:jit": [0.7, 0.6001]}, 2)
+    rows = results.rows_for(s, configs(s), None, None, parity)
+    jit = next(r for r in rows if r.variant == "jit" and r.step == "train")
+    assert jit.parity == pytest.approx(1e-4) and jit.parity_ok is False
+    assert any("jax:jit: max |Δloss| 0.0001 against torch:eager is beyond 1e-05" in w
+               for w in results.warnings(rows, []))
+    sentences = results.tier_sentences(rows, results.comparisons_for(s, None))
+    assert not any(x.startswith("Best tuned") for x in sentences)
+
+
+def test_bfloat16_rows_are_judged_against_the_baselines_float32_losses_within_the_bfloat16_band():
+    s = session()
+    cfgs = {k: {**v, "dtype": "bfloat16"} for k, v in configs(s).items()}
+    parity = results.parity({"torch:eager": [0.7, 0.6008], "torch:eager float32": [0.7, 0.6],
+                             "jax:jit": [0.7, 0.605]}, 2)
+    assert parity["baseline"] == "torch:eager float32"
+    rows = {r.variant: r for r in results.rows_for(s, cfgs, None, None, parity) if r.step == "train"}
+    # torch:eager's own bfloat16 drift (8e-4) is within the band (3e-3); jax:jit's 5e-3 is not.
+    assert (rows["eager"].parity, rows["eager"].parity_ok) == (pytest.approx(8e-4), True)
+    assert (rows["jit"].parity, rows["jit"].parity_ok) == (pytest.approx(5e-3), False)
+    assert any("jax:jit: max |Δloss| 0.005 against torch:eager is beyond 0.003 (bfloat16)" in w
+               for w in results.warnings(list(rows.values()), []))
+
+
+def test_jax_jit_under_bfloat16_runs_the_scan_stack_as_promised_and_counts_as_stock():
+    s = session()
+    setup = s.entries["jax:jit#1"].setup
+    setup.record.update(lstm_impl="scan", dtype="bfloat16")
+    setup.provenance["kernels"] = ["impl:scan"]
+    assert results.fallback("jax:jit", setup) is None  # float32's promise (impl:fused) would make it one
+    rows = results.rows_for(s, configs(s), None, None)
+    assert {r.tier for r in rows if r.variant == "jit"} == {"stock"}
+    sentences = results.tier_sentences(rows, results.comparisons_for(s, None))
+    assert not any(x.startswith("Best tuned") for x in sentences)
+
+
+def test_warnings_flag_busy_rounds_mixed_devices_and_utilisation_above_the_peak():
+    torch, jit = (r for r in results.rows_for(session(), configs(session()), None, peak=None)
+                  if r.step == "train" and r.status == "ok")
+    rows = [replace(torch, utilisation=1.2), replace(jit, device_name="NVIDIA H200", utilisation=0.3)]
+    out = results.warnings(rows, [Round([], 2.0, True), Round([], 0.0, False)])
+    assert len(out) == 3
+    assert "different devices" in out[0] and "exceeds the measured GEMM peak" in out[1]
+    assert out[2].startswith("1 of 2 rounds ran while other processes used more than half the cores")
+    assert results.warnings([replace(torch, utilisation=0.4)], [Round([], 0.0, False)]) == []
+
+
+def test_efficiency_is_throughput_per_device_relative_to_the_smallest_count():
+    torch, jit = (r for r in results.rows_for(session(), configs(session()), None, peak=None)
+                  if r.step == "train" and r.status == "ok")
+
+    def row(like, devices, samples_per_s):
+        return replace(like, sweep={"field": "devices", "value": devices}, samples_per_s=samples_per_s)
+    rows = [row(torch, 1, 100.0), row(torch, 2, 150.0), row(torch, 4, 200.0), row(jit, 2, 80.0)]
+    results.add_efficiency(rows)
+    assert [r.efficiency for r in rows] == pytest.approx([1.0, 0.75, 0.5, 1.0])  # 150 / (2 × 100), 200 / (4 × 100)
+
+
+def test_tier_sentences_give_each_tier_comparison_its_ratio_and_interval():
+    s = session(**{"scan": entry("jax:scan", [0.4] * 5, [0.2] * 5, "scan"),
+                   "flax": entry("jax:flax", [0.5] * 5, [0.1] * 5, "flax"),
+                   "nofold": entry("jax:nofold", [0.25] * 5, [0.2] * 5, "fused")})
+    rows = results.rows_for(s, configs(s), None, None, results.parity({}, 0))
+    sentences = results.tier_sentences(rows, results.comparisons_for(s, None))
+    assert sentences == [
+        "Stock against stock, torch:eager being PyTorch's nn.LSTM: Flax nn.RNN over Flax's nn.OptimizedLSTMCell "
+        "(jax:flax) trains at 0.40× [0.40–0.40] and infers at 1.00× [1.00–1.00] the speed of torch:eager; Flax nn.RNN "
+        "over PyTorch's cell (jax:scan) trains at 0.50× [0.50–0.50] and infers at 0.50× [0.50–0.50] the speed of "
+        "torch:eager.",
+        "Best tuned JAX against stock PyTorch: jax:jit trains at 2.00× [2.00–2.00] and infers at 2.00× [1.00–2.00] "
+        "the speed of torch:eager.",
+        "The same algorithm as nn.LSTM, hand-tuned (jax:nofold), trains at 0.80× [0.80–0.80] and infers at 0.50× "
+        "[0.50–0.50] the speed of torch:eager.",
+        "jax:cudnn (vendor): not timed, skipped: cudnn LSTM needs a CUDA GPU; this backend is cpu"]
+
+
+def test_on_a_gpu_the_vendor_kernel_and_the_compiler_have_their_sentences():
+    # Every row on cuDNN as promised: nn.LSTM's _cudnn_rnn, jax:cudnn's custom call, torch:compile's Dynamo graph.
+    s = session(**{"cudnn": entry("jax:cudnn", [0.1] * 5, [0.05] * 5, "cudnn", device="cuda",
+                                  kernels=["impl:cudnn", "cudnn_rnn_ffi_dnn_rnn"]),
+                   "compile": entry("torch:compile", [0.25] * 5, [0.125] * 5, device="cuda",
+                                    kernels=["aten::_cudnn_rnn", "dynamo:lstm"])})
+    for key in ("torch:eager#1", "jax:jit#1"):
+        s.entries[key].setup.info["device"] = "cuda"
+    s.entries["torch:eager#1"].setup.provenance["kernels"] = ["aten::lstm", "aten::_cudnn_rnn"]
+    rows = results.rows_for(s, configs(s), None, None)
+    assert results.tier_sentences(rows, results.comparisons_for(s, None))[1:] == [
+        "Vendor kernel against vendor kernel: cuDNN through JAX (jax:cudnn) trains at 2.00× [2.00–2.00] and infers "
+        "at 2.00× [2.00–2.00] the speed of torch:eager (nn.LSTM on cuDNN).",
+        "Compiled: torch.compile (torch:compile) trains at 0.80× [0.80–0.80] and infers at 0.80× [0.80–0.80] the "
+        "speed of torch:eager."]
+
+
+def test_best_tuned_names_the_fastest_training_of_the_variants_that_declare_it():
+    # jax:nofold trains at 4× here, jax:jit at 2×: nofold is the best tuned, and also the same-algorithm pair.
+    s = session(**{"nofold": entry("jax:nofold", [0.05] * 5, [0.1] * 5, "fused")})
+    rows = results.rows_for(s, configs(s), None, None)
+    sentences = results.tier_sentences(rows, results.comparisons_for(s, None))
+    assert sentences[:2] == [
+        "Best tuned JAX against stock PyTorch: jax:nofold trains at 4.00× [4.00–4.00] and infers at 1.00× "
+        "[1.00–1.00] the speed of torch:eager.",
+        "The same algorithm as nn.LSTM, hand-tuned (jax:nofold), trains at 4.00× [4.00–4.00] and infers at 1.00× "
+        "[1.00–1.00] the speed of torch:eager."]
+
+
+def test_a_new_variant_joins_the_sentences_by_its_table_entries_alone(monkeypatch):
+    # A vendor kernel on the CPU and a new tier, "kernel": entries in plan's tables, no code.
+    monkeypatch.setattr(plan, "TIERS", {**plan.TIERS, "kernel": "JAX with a custom kernel"})
+    monkeypatch.setattr(plan, "VARIANTS", (*plan.VARIANTS,
+                        Variant("jax", "onednn", "vendor", "oneDNN's LSTM", kernel={"cpu": "impl:onednn"},
+                                headline=("vendor",)),
+                        Variant("jax", "kernel", "kernel", "a custom LSTM kernel", kernel={"cpu": "impl:kernel"},
+                                headline=("kernel",), wording="our custom kernel")))
+    monkeypatch.setattr(plan, "HEADLINES", {**plan.HEADLINES,
+                        "vendor": Headline("Vendor against vendor: {members}.", "{label} {speeds}"),
+                        "kernel": Headline("Custom kernel against stock PyTorch: {members}.",
+                                           "{wording} ({label}) {speeds}")})
+    s = session(**{"onednn": entry("jax:onednn", [0.16] * 5, [0.08] * 5, "onednn", kernels=["impl:onednn"]),
+                   "kernel": entry("jax:kernel", [0.08] * 5, [0.04] * 5, "kernel", kernels=["impl:kernel"])})
+    rows = results.rows_for(s, configs(s), None, None)
+    assert {r.tier for r in rows if r.variant in ("onednn", "kernel")} == {"vendor", "kernel"}
+    assert results.tier_sentences(rows, results.comparisons_for(s, None))[1:3] == [
+        "Vendor against vendor: jax:onednn trains at 1.25× [1.25–1.25] and infers at 1.25× [1.25–1.25] the speed "
+        "of torch:eager.",
+        "Custom kernel against stock PyTorch: our custom kernel (jax:kernel) trains at 2.50× [2.50–2.50] and "
+        "infers at 2.50× [2.50–2.50] the speed of torch:eager."]
+
+
+@pytest.mark.parametrize("path", SAVED_RUNS, ids=lambda p: str(p.parent.name))
+def test_the_headline_sentences_of_a_saved_run_come_back_word_for_word_from_its_rows(path):
+    doc = json.loads(path.read_text(encoding="utf-8"))
+    rows, comparisons = [Row(**r) for r in doc["results"]], [Comparison(**c) for c in doc["comparisons"]]
+    assert results.tier_sentences(rows, comparisons) == doc["headline"]
