@@ -8,7 +8,9 @@
 #   make gpu-check OUT=DIR   the accelerator acceptance run with $(PYTHON)'s own packages, results in DIR
 #                            (the same as: $(PYTHON) scripts/gpu_check.py --out DIR; no make needed)
 #
-# The install stamp's name is a hash of the install specs: changing any of them reinstalls.
+# The install stamp's name is a hash of the install specs: changing any of them reinstalls. Set-up then builds the
+# JAX twin's native kernels (jax_impl/native/, g++ against the installed jaxlib and torch); a build that fails
+# leaves set-up working, its --lstm-impl n/a with the reason in jax_impl/native/build/NAME.json.
 PYTHON        ?= python3
 ACCEL         ?= cpu
 TORCH_VERSION ?= 2.13.0
@@ -46,7 +48,12 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q -e ".[$(EXTRAS)]"
 	@echo '$(SPECS)' > $@
 
-setup: $(STAMP)
+NATIVE := jax_impl/native/build/.built
+$(NATIVE): $(STAMP) $(wildcard jax_impl/native/*.cc jax_impl/native/*.py)
+	$(PY) -m jax_impl.native.build
+	@touch $@
+
+setup: $(STAMP) $(NATIVE)
 
 test: setup
 	$(PY) -m pytest $(PYTEST_ARGS)
@@ -62,4 +69,4 @@ gpu-check:
 	@$(PYTHON) scripts/gpu_check.py --out "$(OUT)" $(GPU_CHECK_ARGS)
 
 clean:
-	rm -rf .venv .venv-cuda bench-results .pytest_cache
+	rm -rf .venv .venv-cuda bench-results .pytest_cache jax_impl/native/build

@@ -164,8 +164,9 @@ class JaxSide:
 
     def provenance(self, bench, hlo: str) -> dict:
         """The implementation that ran and what the compiled training step holds (:func:`hlo_summary`)."""
-        summary = hlo_summary(hlo)
-        return {"kernels": [f"impl:{bench.twin.record['lstm_impl']}", *summary["custom_calls"]], **summary}
+        summary, record = hlo_summary(hlo), bench.twin.record
+        library = {k: record[k] for k in ("onednn", "onednn_threads") if k in record}  # a native kernel's library
+        return {"kernels": [f"impl:{record['lstm_impl']}", *summary["custom_calls"]], **summary, **library}
 
     def compile(self, twin, state, kind: str, batch) -> dict:
         """Lower and compile the twin's jitted ``kind`` ("train" or "eval") step for ``batch``'s shapes ahead of its
@@ -226,7 +227,8 @@ class JaxSide:
 
 def hlo_summary(hlo: str) -> dict:
     """What a compiled XLA module holds: its while loops (those carrying floating-point arrays: the recurrences;
-    the others are the dropout key's bit generator) and its custom calls (cuDNN's LSTM is ``cudnn_rnn_ffi``)."""
+    the others are the dropout key's bit generator) and its custom calls (cuDNN's LSTM is ``cudnn_rnn_ffi``, oneDNN's
+    ``onednn_lstm_forward`` and ``onednn_lstm_backward``)."""
     loops = [line.split(" while(")[0] for line in hlo.splitlines() if " while(" in line]
     floats = sum(bool(re.search(r"\b(f32|f64|bf16)\[", x)) for x in loops)
     return {"while_loops": len(loops), "float_while_loops": floats,

@@ -47,8 +47,9 @@ def kernel(r: dict) -> str:
         dtypes = sorted({d for v in prov.get("kernel_dtypes", {}).values() for d in v})
         return ", ".join([min(ops, key=len)] if ops else prov["kernels"][:1]) + "".join(f" {d}" for d in dtypes) + (
             " + dynamo" if "dynamo:lstm" in prov["kernels"] else "")
-    calls = [c for c in prov["custom_calls"] if "rnn" in c]
-    return f"{r['lstm_impl']}, {prov['float_while_loops']} loops" + "".join(f", {c}" for c in calls)
+    calls = [c for c in prov["custom_calls"] if "rnn" in c or "lstm" in c]
+    library = f" (oneDNN {prov['onednn']})" if prov.get("onednn") else ""
+    return f"{r['lstm_impl']}, {prov['float_while_loops']} loops" + "".join(f", {c}" for c in calls) + library
 
 
 def parity_cell(r: dict) -> str:

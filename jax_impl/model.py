@@ -21,7 +21,7 @@ import jax
 import jax.numpy as jnp
 
 from common.errors import ConfigError, UnsupportedError
-from jax_impl import cudnn, recurrence, stacks
+from jax_impl import cudnn, onednn, recurrence, stacks
 from jax_impl.numerics import PRECISION, compute_dtype, matmul_precision, param_dtype_for, to_bfloat16
 from jax_impl.stacks import Carry
 
@@ -34,12 +34,14 @@ STACKS = {
     "scan": (stacks.scan_stack, ("dtype", "precision")),
     "flax": (stacks.flax_cell_stack, ("dtype", "precision")),
     "cudnn": (cudnn.cudnn_stack, ("precision",)),
+    "onednn": (onednn.onednn_stack, ()),
 }
 
 
-def resolve_lstm_impl(name: str, dtype: str, platform: str | None = None) -> str:
+def resolve_lstm_impl(name: str, dtype: str, platform: str | None = None, padding: str = "left") -> str:
     """``--lstm-impl`` → the implementation that runs: auto is fused, and scan under bfloat16. ``platform``: the
-    run's JAX platform (default: JAX's default backend's), which cudnn needs to be a CUDA GPU."""
+    run's JAX platform (default: JAX's default backend's), which cudnn needs to be a CUDA GPU and onednn the CPU;
+    ``padding``: ``--padding`` (onednn takes no sequence lengths)."""
     if name == "auto":
         return "scan" if dtype == "bfloat16" else "fused"
     if name not in STACKS:
@@ -49,6 +51,8 @@ def resolve_lstm_impl(name: str, dtype: str, platform: str | None = None) -> str
                                "and carry); use --lstm-impl scan or auto")
     if name == "cudnn":
         cudnn.check_usable(dtype, platform or jax.default_backend())
+    if name == "onednn":
+        onednn.check_usable(dtype, padding, platform or jax.default_backend())
     return name
 
 
@@ -143,8 +147,9 @@ class SentimentRNN(nn.Module):
 
 def model_from_config(cfg, vocab_size: int, platform: str | None = None) -> SentimentRNN:
     """The model a :class:`common.config.Config` describes: compute dtype ``cfg.dtype``, matmul precision from
-    ``cfg.allow_tf32``, and the LSTM implementation ``resolve_lstm_impl(cfg.lstm_impl, cfg.dtype, platform)``."""
+    ``cfg.allow_tf32``, and the LSTM implementation :func:`resolve_lstm_impl` picks."""
     return SentimentRNN(vocab_size=vocab_size, embed_dim=cfg.embed_dim, hidden_dim=cfg.hidden_dim,
                         layers=cfg.layers, dropout=cfg.dropout, fc_dropout=cfg.fc_dropout,
-                        dtype=compute_dtype(cfg.dtype), lstm_impl=resolve_lstm_impl(cfg.lstm_impl, cfg.dtype, platform),
+                        dtype=compute_dtype(cfg.dtype),
+                        lstm_impl=resolve_lstm_impl(cfg.lstm_impl, cfg.dtype, platform, cfg.padding),
                         precision=matmul_precision(cfg.allow_tf32), embed_fold=cfg.embed_fold)

@@ -3,8 +3,11 @@
     state, carry, metrics = train_step(state, carry, batch, key)     # jitted, state donated
     loss_sum, correct     = eval_step(params, batch)                 # jitted, zero carry
 
-The seed's ``h.detach()`` is ``jax.lax.stop_gradient(carry)`` in :func:`make_loss_fn`. Everything random comes
-from keys: the dropout key of a step is ``fold_in(key(cfg.seed), state.step)``.
+Two ``jax.lax.stop_gradient`` s on the carry. The seed's ``h.detach()`` is the one in :func:`make_loss_fn`, at the
+batch boundary: the incoming carry is an input of the loss, not a graph reaching into the previous batch, so it
+changes no parameter gradient (it zeroes d loss / d carry and states the intent). The one that truncates a gradient
+is in :func:`forward`, at each ``--tbptt`` chunk boundary inside a batch. Everything random comes from keys: the
+dropout key of a step is ``fold_in(key(cfg.seed), state.step)``.
 """
 from typing import Any, Callable
 

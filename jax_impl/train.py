@@ -15,12 +15,12 @@ import jax
 
 from common import loop
 from common.config import Config, parse_config
-from common.errors import ConfigError, cli_main
+from common.errors import ConfigError, UnsupportedError, cli_main
 from common.interrupts import exit_process
 from common.params import Params
 from common.precision import BFLOAT16_RULES
 from common.runstate import Progress
-from jax_impl import xla_env
+from jax_impl import onednn, xla_env
 from jax_impl.convert import from_flax, to_flax
 from jax_impl.distributed import placement
 from jax_impl.model import model_from_config, resolve_lstm_impl
@@ -43,6 +43,8 @@ class JaxTwin:
             raise ConfigError("--no-flush-denormal is PyTorch's: XLA always flushes denormals to zero on the CPU")
         self.cfg, self.model = cfg, model_from_config(cfg, vocab_size, device.platform)
         self.place = placement(cfg, device)  # on one device both placements are `device` itself
+        if self.model.lstm_impl == "onednn" and self.place.devices > 1:
+            raise UnsupportedError("--lstm-impl onednn runs on one device: XLA cannot split a custom call over a mesh")
         self.is_main = True  # one process drives every device
         self.key = jax.device_put(jax.random.key(cfg.seed), self.place.replicated)  # dropout: fold_in(key, step)
         self.step, self.evaluate = make_train_step(self.model, cfg), make_eval_step(self.model, cfg)
@@ -50,6 +52,8 @@ class JaxTwin:
                        "devices": self.place.devices, "dtype": cfg.dtype, "lstm_impl": self.model.lstm_impl,
                        "flush_denormal": device.platform == "cpu", "allow_tf32": cfg.allow_tf32,
                        "matmul_precision": self.model.precision.name.lower(), **xla_env.record()}
+        if self.model.lstm_impl == "onednn":  # the vendor kernel's version, threads and measured float rule
+            self.record.update(onednn.describe())
         if cfg.dtype == "bfloat16":  # what the model computes in bfloat16 (scan: PyTorch's autocast, flax: Flax's)
             rules = "flax" if self.model.lstm_impl == "flax" else "native" if cfg.padding == "right" else "onednn"
             self.record["bfloat16"] = BFLOAT16_RULES[rules]
@@ -91,7 +95,7 @@ def twin_maker(cfg: Config) -> Iterator[Callable[[Config, int], JaxTwin]]:
     benchmark's workers build theirs through it too."""
     resolve_dtype(cfg.dtype)
     device = resolve_device(cfg.device)
-    resolve_lstm_impl(cfg.lstm_impl, cfg.dtype, device.platform)  # a bad choice fails before the data is read
+    resolve_lstm_impl(cfg.lstm_impl, cfg.dtype, device.platform, cfg.padding)  # fails before the data is read
     with jax.default_device(device):
         yield lambda cfg, vocab_size: JaxTwin(cfg, vocab_size, device)
 

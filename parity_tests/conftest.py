@@ -27,7 +27,7 @@ from common.params import Params, init_params
 from jax_impl.tests.conftest import NEUTRAL, cpu_by_default  # noqa: F401
 from jax_impl.tests.conftest import write_corpus as write_jax_test_corpus
 from parity_tests import report
-from parity_tests.configs import SEED_CFG, TRAJECTORY_CFG
+from parity_tests.configs import SEED_CFG, TRAJECTORY_CFG, TRAJECTORY_MODES, TRAJECTORY_STEPS
 from torch_impl.numerics import set_numerics
 
 # One intra-op thread: on a small shared CPU PyTorch's LSTM runs several times faster than with two
@@ -202,5 +202,24 @@ def jax_twins(trajectory_setup):
         if cfg not in cache:
             cache[cfg] = make_twin("jax", cfg, trajectory_setup.vocab_size)
         return cache[cfg]
+
+    return get
+
+
+@pytest.fixture(scope="session")
+def torch_losses(trajectory_setup):
+    """``torch_losses(mode)``: PyTorch's 200-step loss trajectory in one of ``TRAJECTORY_MODES``, computed once per
+    session (every JAX implementation is held to it)."""
+    from parity_tests.twins import make_twin, trajectory
+
+    cache: dict[str, np.ndarray] = {}
+
+    def get(mode: str) -> np.ndarray:
+        if mode not in cache:
+            cfg = trajectory_setup.cfg.replace(**TRAJECTORY_MODES[mode])
+            twin = make_twin("torch", cfg, trajectory_setup.vocab_size)
+            losses, _ = trajectory(twin, cfg, trajectory_setup.data(cfg), trajectory_setup.neutral, TRAJECTORY_STEPS)
+            cache[mode] = np.array(losses)
+        return cache[mode]
 
     return get

@@ -17,7 +17,7 @@ import pytest
 
 from parity_tests import report
 from parity_tests.configs import TRAJECTORY_MODES as MODES, TRAJECTORY_STEPS
-from parity_tests.twins import make_twin, trajectory
+from parity_tests.twins import trajectory
 
 pytestmark = pytest.mark.slow  # tens of seconds each on a 2-core CPU
 
@@ -25,22 +25,6 @@ pytestmark = pytest.mark.slow  # tens of seconds each on a 2-core CPU
 # Adam turns the differences into slightly different parameters, which the next losses feel. Measured:
 # ~3e-7 after 50 steps, ≤ 2e-6 after 200 at this configuration. 1e-4 is the suite's bound, 50x that.
 LOSS_TOL = 1e-4
-
-
-@pytest.fixture(scope="module")
-def torch_losses(trajectory_setup):
-    """PyTorch's loss trajectory per mode, computed once (the clip mode compares itself with the seed's)."""
-    cache: dict[str, np.ndarray] = {}
-
-    def get(mode: str) -> np.ndarray:
-        if mode not in cache:
-            cfg = trajectory_setup.cfg.replace(**MODES[mode])
-            twin = make_twin("torch", cfg, trajectory_setup.vocab_size)
-            losses, _ = trajectory(twin, cfg, trajectory_setup.data(cfg), trajectory_setup.neutral, TRAJECTORY_STEPS)
-            cache[mode] = np.array(losses)
-        return cache[mode]
-
-    return get
 
 
 @pytest.mark.parametrize("mode", list(MODES))

@@ -104,7 +104,7 @@ def torch_loss_and_grads(model: nn.Module, batch: Batch, hidden, cfg: Config) ->
     ``hidden`` (a leaf: nothing flows back into it), in training mode (callers set dropout to 0)."""
     loss, _, _ = torch_step.forward(model, hidden, batch, cfg)
     torch_step.backward(model, loss)
-    return float(loss), torch_grads(model)
+    return float(loss.detach()), torch_grads(model)
 
 
 def neutral_from_flax(tree: Any) -> Params:

@@ -21,7 +21,7 @@ def test_parse_sweep_refuses_bad_specs(spec):
 def test_select_variants_default_all_and_named():
     both = ["torch", "jax"]
     assert [v.label for v in plan.select_variants("default", both)] == [
-        "torch:eager", "torch:compile", "jax:flax", "jax:scan", "jax:nofold", "jax:jit"]
+        "torch:eager", "torch:compile", "jax:flax", "jax:scan", "jax:nofold", "jax:jit", "jax:onednn"]
     assert len(plan.select_variants("all", both)) == len(plan.VARIANTS)
     assert [v.label for v in plan.select_variants("jit,torch:eager", both)] == ["jax:jit", "torch:eager"]
     with pytest.raises(ConfigError, match="unknown variant"):
@@ -30,7 +30,7 @@ def test_select_variants_default_all_and_named():
         plan.select_variants("torch:eager", ["jax"])
 
 
-def test_gpu_default_adds_the_vendor_kernel_row():
+def test_each_device_default_holds_its_own_vendor_kernel_row():
     assert [v.label for v in plan.select_variants("default", ["torch", "jax"], "gpu")] == [
         "torch:eager", "torch:compile", "jax:flax", "jax:scan", "jax:nofold", "jax:jit", "jax:cudnn"]
 
@@ -64,7 +64,7 @@ def test_resolve_frameworks_refuses_unknown_names():
 def test_the_variant_table_says_which_headline_comparisons_each_variant_takes_part_in():
     taking = {key: [v.label for v in plan.VARIANTS if key in v.headline] for key in plan.HEADLINES}
     assert taking == {"stock": ["jax:flax", "jax:scan"], "best tuned": ["jax:nofold", "jax:jit"],
-                      "same algorithm": ["jax:nofold"], "vendor kernel": ["jax:cudnn"], "compiled": ["torch:compile"]}
+                      "same algorithm": ["jax:nofold"], "vendor kernel": ["jax:cudnn", "jax:onednn"], "compiled": ["torch:compile"]}
 
 
 def test_every_headline_a_variant_names_has_a_sentence_and_the_wording_its_phrase_asks_for():

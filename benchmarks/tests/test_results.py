@@ -176,6 +176,21 @@ def test_tier_sentences_give_each_tier_comparison_its_ratio_and_interval():
         "jax:cudnn (vendor): not timed, skipped: cudnn LSTM needs a CUDA GPU; this backend is cpu"]
 
 
+def test_on_the_cpu_the_onednn_row_is_the_vendor_sentence():
+    s = session(**{"onednn": entry("jax:onednn", [0.25] * 5, [0.125] * 5, "fused",
+                                   kernels=["impl:onednn", "onednn_lstm_backward", "onednn_lstm_forward"])})
+    rows = results.rows_for(s, configs(s), None, None)
+    assert "Vendor kernel against vendor kernel, torch:eager running nn.LSTM on the same library: oneDNN through " \
+           "XLA's FFI (jax:onednn) trains at 0.80× [0.80–0.80] and infers at 0.80× [0.80–0.80] the speed of " \
+           "torch:eager." in results.tier_sentences(rows, results.comparisons_for(s, None))
+
+
+def test_a_onednn_row_whose_step_lacks_the_ffi_call_is_a_fallback():
+    s = session(**{"onednn": entry("jax:onednn", [0.25] * 5, [0.125] * 5, "fused", kernels=["impl:onednn"])})
+    assert results.fallback("jax:onednn", s.entries["jax:onednn#1"].setup) == (
+        "jax:onednn promises onednn_lstm_forward on the cpu, but its training step ran impl:onednn")
+
+
 def test_on_a_gpu_the_vendor_kernel_and_the_compiler_have_their_sentences():
     # Every row on cuDNN as promised: nn.LSTM's _cudnn_rnn, jax:cudnn's custom call, torch:compile's Dynamo graph.
     s = session(**{"cudnn": entry("jax:cudnn", [0.1] * 5, [0.05] * 5, "cudnn", device="cuda",
@@ -187,8 +202,8 @@ def test_on_a_gpu_the_vendor_kernel_and_the_compiler_have_their_sentences():
     s.entries["torch:eager#1"].setup.provenance["kernels"] = ["aten::lstm", "aten::_cudnn_rnn"]
     rows = results.rows_for(s, configs(s), None, None)
     assert results.tier_sentences(rows, results.comparisons_for(s, None))[1:] == [
-        "Vendor kernel against vendor kernel: cuDNN through JAX (jax:cudnn) trains at 2.00× [2.00–2.00] and infers "
-        "at 2.00× [2.00–2.00] the speed of torch:eager (nn.LSTM on cuDNN).",
+        "Vendor kernel against vendor kernel, torch:eager running nn.LSTM on the same library: cuDNN through JAX "
+        "(jax:cudnn) trains at 2.00× [2.00–2.00] and infers at 2.00× [2.00–2.00] the speed of torch:eager.",
         "Compiled: torch.compile (torch:compile) trains at 0.80× [0.80–0.80] and infers at 0.80× [0.80–0.80] the "
         "speed of torch:eager."]
 
@@ -206,26 +221,20 @@ def test_best_tuned_names_the_fastest_training_of_the_variants_that_declare_it()
 
 
 def test_a_new_variant_joins_the_sentences_by_its_table_entries_alone(monkeypatch):
-    # A vendor kernel on the CPU and a new tier, "kernel": entries in plan's tables, no code.
+    # A new tier, "kernel", and its headline: entries in plan's tables, no code.
     monkeypatch.setattr(plan, "TIERS", {**plan.TIERS, "kernel": "JAX with a custom kernel"})
     monkeypatch.setattr(plan, "VARIANTS", (*plan.VARIANTS,
-                        Variant("jax", "onednn", "vendor", "oneDNN's LSTM", kernel={"cpu": "impl:onednn"},
-                                headline=("vendor",)),
-                        Variant("jax", "kernel", "kernel", "a custom LSTM kernel", kernel={"cpu": "impl:kernel"},
+                        Variant("jax", "custom", "kernel", "a custom LSTM kernel", kernel={"cpu": "impl:custom"},
                                 headline=("kernel",), wording="our custom kernel")))
     monkeypatch.setattr(plan, "HEADLINES", {**plan.HEADLINES,
-                        "vendor": Headline("Vendor against vendor: {members}.", "{label} {speeds}"),
                         "kernel": Headline("Custom kernel against stock PyTorch: {members}.",
                                            "{wording} ({label}) {speeds}")})
-    s = session(**{"onednn": entry("jax:onednn", [0.16] * 5, [0.08] * 5, "onednn", kernels=["impl:onednn"]),
-                   "kernel": entry("jax:kernel", [0.08] * 5, [0.04] * 5, "kernel", kernels=["impl:kernel"])})
+    s = session(**{"custom": entry("jax:custom", [0.08] * 5, [0.04] * 5, "custom", kernels=["impl:custom"])})
     rows = results.rows_for(s, configs(s), None, None)
-    assert {r.tier for r in rows if r.variant in ("onednn", "kernel")} == {"vendor", "kernel"}
-    assert results.tier_sentences(rows, results.comparisons_for(s, None))[1:3] == [
-        "Vendor against vendor: jax:onednn trains at 1.25× [1.25–1.25] and infers at 1.25× [1.25–1.25] the speed "
-        "of torch:eager.",
-        "Custom kernel against stock PyTorch: our custom kernel (jax:kernel) trains at 2.50× [2.50–2.50] and "
-        "infers at 2.50× [2.50–2.50] the speed of torch:eager."]
+    assert {r.tier for r in rows if r.variant == "custom"} == {"kernel"}
+    assert results.tier_sentences(rows, results.comparisons_for(s, None))[1] == (
+        "Custom kernel against stock PyTorch: our custom kernel (jax:custom) trains at 2.50× [2.50–2.50] and "
+        "infers at 2.50× [2.50–2.50] the speed of torch:eager.")
 
 
 @pytest.mark.parametrize("path", SAVED_RUNS, ids=lambda p: str(p.parent.name))

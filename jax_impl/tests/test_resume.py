@@ -1,7 +1,6 @@
 """Training checkpoints: a run killed with SIGKILL and resumed ends bitwise where an uninterrupted run ends;
 a damaged checkpoint is detected, named, and the previous one is used."""
 import logging
-import os
 import shutil
 import signal
 import subprocess
@@ -13,18 +12,17 @@ import numpy as np
 import pytest
 
 from common.checkpoint import load_checkpoint
-from common.config import parse_config
 from common.errors import CheckpointError
 from common.files import CHECKSUM_FILE
 from common.metrics import read_metrics
 from common.runstate import Progress, checkpoint_dirs, load_latest, step_dir
 from common.data import prepare_data
 from common.params import init_params
+from jax_impl import native
 from jax_impl.model import model_from_config
 from jax_impl.tests.conftest import Tiny
 from jax_impl.state import STATE_ITEM, load_training_state, save_training_state
 from jax_impl.step import create_train_state
-from jax_impl.train import PROG, train
 
 pytestmark = pytest.mark.slow  # tens of seconds each on a 2-core CPU
 
@@ -58,25 +56,28 @@ def load_state(tiny, step_dir: Path):
     return load_training_state(step_dir, template, carry)
 
 
-@pytest.fixture(scope="module")
-def reference(small, tmp_path_factory) -> Path:
-    """An uninterrupted run (in this process) of the same command line; its working directory."""
-    folder = tmp_path_factory.mktemp("uninterrupted")
-    cwd = os.getcwd()
-    os.chdir(folder)
-    try:
-        train(parse_config(run_flags(small), PROG, ""))
-    finally:
-        os.chdir(cwd)
+def uninterrupted(flags: list[str], folder: Path) -> Path:
+    """A run of ``flags``, uninterrupted, in ``folder``; the folder. In its own process, as the killed run is: this
+    one's thread settings (the parity suite's one intra-op thread) would reach a native kernel's record."""
+    done = subprocess.run([sys.executable, "-m", "jax_impl.train", *flags], cwd=folder, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
     return folder
 
 
-def test_a_killed_run_resumes_to_bitwise_the_same_end(small, reference, tmp_path):
-    command = [sys.executable, "-m", "jax_impl.train", *run_flags(small)]
+@pytest.fixture(scope="module")
+def reference(small, tmp_path_factory) -> Path:
+    """An uninterrupted run of the same command line; its working directory."""
+    return uninterrupted(run_flags(small), tmp_path_factory.mktemp("uninterrupted"))
+
+
+def assert_killed_run_resumes_bitwise(small, flags: list[str], reference: Path, tmp_path: Path) -> None:
+    """A run of ``flags`` killed with SIGKILL as step 7 begins, then resumed, ends where ``reference`` ended:
+    the metrics, the final training state and the best-validation checkpoint, bit for bit."""
+    command = [sys.executable, "-m", "jax_impl.train", *flags]
     # Killed as step 7 begins, right after the loop wrote step 6's checkpoint: the newest one, complete.
     victim = subprocess.run([sys.executable, "-m", "common.tests.kill_at_step", "jax_impl.train", "before",
-                             str(KILL_BEFORE), *run_flags(small)], cwd=tmp_path, capture_output=True, text=True,
-                            timeout=300)
+                             str(KILL_BEFORE), *flags], cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert victim.returncode == -signal.SIGKILL, victim.stderr
     killed_at = checkpoint_dirs(tmp_path / RUN_DIR)[-1][0]
     assert killed_at == 6
@@ -100,6 +101,21 @@ def test_a_killed_run_resumes_to_bitwise_the_same_end(small, reference, tmp_path
     # The best-validation neutral checkpoint too.
     best_ref, best_res = (load_checkpoint(d / "best").params for d in (reference, tmp_path))
     assert all(np.array_equal(best_ref[k], best_res[k]) for k in best_ref)
+
+
+def test_a_killed_run_resumes_to_bitwise_the_same_end(small, reference, tmp_path):
+    assert_killed_run_resumes_bitwise(small, run_flags(small), reference, tmp_path)
+
+
+@pytest.mark.parametrize("impl,library", [("onednn", "onednn_lstm")])
+def test_a_killed_run_on_a_native_kernel_resumes_to_bitwise_the_same_end(small, tmp_path_factory, tmp_path, impl,
+                                                                       library):
+    if native.unavailable(library):
+        pytest.skip(native.unavailable(library))
+    flags = [*run_flags(small), "--lstm-impl", impl]
+    reference = uninterrupted(flags, tmp_path_factory.mktemp(f"uninterrupted-{impl}"))
+    assert read_metrics(reference / "metrics.jsonl")[0]["run"]["lstm_impl"] == impl
+    assert_killed_run_resumes_bitwise(small, flags, reference, tmp_path)
 
 
 def test_reading_a_checkpoint_logs_no_warning(small, reference, caplog):

@@ -1,0 +1,120 @@
+"""Build the JAX twin's native LSTM kernels: ``python -m jax_impl.native.build [NAME ...]`` (``make setup`` runs it).
+
+Each extension is one shared library of XLA FFI handlers, compiled by g++ against the FFI headers jaxlib ships
+(``jax.ffi.include_dir()``) and whatever its library needs. A build that cannot run (no compiler, a library
+missing) or fails is not an error of the set-up: it writes the reason next to where the library would be, and the
+implementation that needs it is then ``n/a`` with that reason (:func:`jax_impl.native.load`). Every outcome is one
+line on stdout, with the seconds it took.
+"""
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Sequence
+
+from jax_impl.native import BUILD_DIR, library_path, status_path
+
+HERE = Path(__file__).resolve().parent
+COMPILE_TIMEOUT_S = 600  # a stuck compiler must not hang set-up
+
+
+@dataclass(frozen=True)
+class Extension:
+    """``lib{name}.so`` from ``sources`` (in this folder); ``flags()`` → the extra compiler and linker arguments, or
+    raises :class:`Missing` saying what is absent."""
+
+    name: str
+    sources: tuple[str, ...]
+    flags: Callable[[], list[str]]
+    what: str  # one line: what it is, for the build's report
+    optimise: tuple[str, ...] = field(default=("-O2",))
+
+
+class Missing(Exception):
+    """Something an extension needs is not installed; the message says what."""
+
+
+def ffi_include() -> str:
+    import jax
+    return jax.ffi.include_dir()
+
+
+def torch_flags() -> list[str]:
+    """ATen's headers and libraries from the installed torch, with an rpath to them: the library then loads without
+    Python importing torch."""
+    try:
+        import torch
+        import torch.utils.cpp_extension as ext
+    except ImportError:
+        raise Missing("torch is not installed (ATen's oneDNN LSTM comes from it)") from None
+    lib = Path(ext.library_paths()[0])
+    return [*(f"-I{d}" for d in ext.include_paths()), f"-L{lib}", "-ltorch_cpu", "-lc10", f"-Wl,-rpath,{lib}",
+            f"-D_GLIBCXX_USE_CXX11_ABI={int(torch.compiled_with_cxx11_abi())}"]
+
+
+def onednn_flags() -> list[str]:
+    """ATen's, and OpenMP's: the float rules are set on the OpenMP team oneDNN and MKL compute on, which is torch's
+    (its ``libgomp.so.1``, found first through the rpath, is the one copy of that soname the process loads)."""
+    return ["-fopenmp", *torch_flags()]
+
+
+EXTENSIONS = {e.name: e for e in (
+    Extension("onednn_lstm", ("onednn_lstm.cc",), onednn_flags,
+              "oneDNN's LSTM primitive through ATen's mkldnn_rnn_layer (the kernel torch:eager runs)"),
+)}
+
+
+def compile_command(ext: Extension, out: Path) -> list[str]:
+    compiler = shutil.which("g++")
+    if compiler is None:
+        raise Missing("no g++ on PATH")
+    return [compiler, "-std=c++17", *ext.optimise, "-shared", "-fPIC", "-Wno-attributes", f"-I{ffi_include()}",
+            *(str(HERE / s) for s in ext.sources), *ext.flags(), "-o", str(out)]
+
+
+def build(ext: Extension) -> dict:
+    """Compile ``ext`` into the build folder (atomically: a failed build leaves no library); its status record."""
+    library_path(ext.name).parent.mkdir(exist_ok=True)
+    out, start = library_path(ext.name), time.perf_counter()
+    record = {"name": ext.name, "what": ext.what, "built": False, "library": str(out)}
+    try:
+        command = compile_command(ext, out.with_suffix(".so.tmp"))
+        record["command"] = " ".join(command)
+        proc = subprocess.run(command, capture_output=True, text=True, timeout=COMPILE_TIMEOUT_S)
+        if proc.returncode:
+            lines = [x for x in proc.stderr.splitlines() if "error" in x] or proc.stderr.strip().splitlines() or ["?"]
+            raise Missing(f"g++ failed: {lines[0].strip()[:300]}")
+        out.with_suffix(".so.tmp").replace(out)
+        record["built"] = True
+    except Missing as err:
+        record["reason"] = str(err)
+    except subprocess.TimeoutExpired:
+        record["reason"] = f"g++ took more than {COMPILE_TIMEOUT_S} s"
+    finally:
+        if not record["built"]:
+            out.unlink(missing_ok=True)  # a library left from older sources would run against the new Python side
+        out.with_suffix(".so.tmp").unlink(missing_ok=True)
+    record["seconds"] = round(time.perf_counter() - start, 1)
+    status_path(ext.name).write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
+    return record
+
+
+def main(names: Sequence[str]) -> int:
+    unknown = [n for n in names if n not in EXTENSIONS]
+    if unknown:
+        print(f"error: no native extension {unknown[0]!r} (known: {', '.join(EXTENSIONS)})", file=sys.stderr)
+        return 2
+    for name in names or EXTENSIONS:
+        r = build(EXTENSIONS[name])
+        outcome = f"built {r['library']}" if r["built"] else f"not built ({r['reason']}); its --lstm-impl is n/a"
+        print(f"native {name}: {outcome} in {r['seconds']} s")
+    return 0  # a failed build leaves set-up working
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

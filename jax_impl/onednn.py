@@ -1,0 +1,126 @@
+"""The LSTM stack on oneDNN's LSTM primitive, the kernel PyTorch's ``nn.LSTM`` runs on the CPU, one XLA FFI call per
+layer and direction of the pass (:mod:`jax_impl.native`'s ``onednn_lstm`` library, which reaches oneDNN through
+ATen's ``mkldnn_rnn_layer`` in the installed torch: the same oneDNN, the same primitive, the same arguments as
+``torch:eager``).
+
+Each layer is a ``jax.custom_vjp``: the forward call is oneDNN's inference primitive where no gradient is taken and
+its training primitive under ``jax.grad``, whose workspace (oneDNN's record of the gates, some hundred MB at the
+seed's shapes) is an explicit residual, an output of the forward call and an input of the backward one. The layers
+are stacked as ``nn.LSTM`` stacks them: the embeddings looked up first, dropout between the layers applied in JAX
+(as ATen applies it between its per-layer calls). oneDNN takes one bias, ``b_ih + b_hh`` (ATen sums them), so both
+biases get its gradient. Float32 only here; no sequence lengths (oneDNN's RNN primitive takes none: PyTorch itself
+runs packed sequences on its ATen cell, not on oneDNN).
+"""
+from __future__ import annotations
+
+import ctypes
+import functools
+from typing import Sequence
+
+import jax
+import jax.numpy as jnp
+
+from common.errors import UnsupportedError
+from jax_impl import native
+from jax_impl.numerics import Array, LayerCarry, LayerWeights
+from jax_impl.stacks import Carry, layer_by_layer
+
+NAME = "onednn_lstm"
+TARGETS = ("onednn_lstm_forward", "onednn_lstm_backward", "onednn_lstm_denormals_flushed")
+
+
+def check_usable(dtype: str, padding: str, platform: str) -> None:
+    """Refuse, in one line, what this stack cannot compute here: another platform than the CPU, another dtype than
+    float32, right padding (sequence lengths), or a library that was not built (with the build's reason)."""
+    if platform != "cpu":
+        raise UnsupportedError(f"--lstm-impl onednn runs oneDNN's CPU primitive; this backend is {platform}")
+    if dtype != "float32":
+        raise UnsupportedError(f"--lstm-impl onednn computes float32 here, not {dtype}")
+    if padding == "right":
+        raise UnsupportedError("--lstm-impl onednn takes no sequence lengths (--padding right): oneDNN's RNN "
+                               "primitive has none, and PyTorch runs packed sequences on its ATen cell instead")
+    reason = native.unavailable(NAME)
+    if reason:
+        raise UnsupportedError(reason)
+
+
+def library() -> ctypes.CDLL:
+    lib = native.load(NAME, TARGETS)
+    for fn in (lib.onednn_lstm_workspace_bytes, lib.onednn_lstm_version, lib.onednn_lstm_threads,
+               lib.onednn_lstm_copies):
+        fn.restype = ctypes.c_int64
+    lib.onednn_lstm_workspace_bytes.argtypes = [ctypes.c_int64] * 4
+    return lib
+
+
+@functools.cache
+def workspace_bytes(steps: int, batch: int, inputs: int, hidden: int) -> int:
+    """The size of oneDNN's training workspace for one layer, asked of the library at trace time (one call on
+    zeros), since XLA needs every output's shape before it runs."""
+    size = library().onednn_lstm_workspace_bytes(steps, batch, inputs, hidden)
+    if size < 0:
+        raise UnsupportedError(f"oneDNN's LSTM refuses a layer of T {steps}, B {batch}, D {inputs}, H {hidden}")
+    return size
+
+
+def describe() -> dict:
+    """What runs: the oneDNN version (that of the torch it comes from), ATen's intra-op threads, and whether every
+    one of them flushes denormals to zero (measured: a GEMM of denormal products on them)."""
+    lib = library()
+    version = lib.onednn_lstm_version()
+    flushed = float(jax.jit(lambda: jax.ffi.ffi_call(TARGETS[2], jax.ShapeDtypeStruct((), jnp.float32))())())
+    return {"lstm_kernel": "onednn", "onednn": f"{version // 10000}.{version // 100 % 100}.{version % 100}"
+            if version else None, "onednn_threads": int(lib.onednn_lstm_threads()), "flush_denormal": flushed == 1.0}
+
+
+def _forward(x, w_ih, w_hh, b_ih, b_hh, h0, c0, train: bool):
+    """x (T, B, D) and the layer's arguments → (y (T, B, H), h_T, c_T, workspace (W,) uint8; W is 0 unless
+    ``train``)."""
+    steps, batch, inputs = x.shape
+    hidden = w_hh.shape[1]
+    f32 = functools.partial(jax.ShapeDtypeStruct, dtype=jnp.float32)
+    workspace = workspace_bytes(steps, batch, inputs, hidden) if train else 0
+    library()  # registers the targets before XLA looks them up
+    outputs = (f32((steps, batch, hidden)), f32((batch, hidden)), f32((batch, hidden)),
+               jax.ShapeDtypeStruct((workspace,), jnp.uint8))
+    return jax.ffi.ffi_call(TARGETS[0], outputs)(x, w_ih, w_hh, b_ih, b_hh, h0, c0, train=train)
+
+
+@jax.custom_vjp
+def lstm_layer(x: Array, w_ih: Array, w_hh: Array, b_ih: Array, b_hh: Array, h0: Array, c0: Array
+               ) -> tuple[Array, LayerCarry]:
+    """One ``nn.LSTM`` layer on oneDNN: x (T, B, D) → (outputs (T, B, H), (h_T, c_T) each (B, H))."""
+    y, h, c, _ = _forward(x, w_ih, w_hh, b_ih, b_hh, h0, c0, train=False)
+    return y, (h, c)
+
+
+def _lstm_layer_forward(x, w_ih, w_hh, b_ih, b_hh, h0, c0):
+    y, h, c, workspace = _forward(x, w_ih, w_hh, b_ih, b_hh, h0, c0, train=True)
+    return (y, (h, c)), (x, w_ih, w_hh, b_ih, b_hh, h0, c0, y, h, c, workspace)
+
+
+def _lstm_layer_backward(residuals, cotangents):
+    dy, (dh, dc) = cotangents
+    x, w_ih, w_hh = residuals[:3]
+    f32 = lambda a: jax.ShapeDtypeStruct(a.shape, jnp.float32)  # noqa: E731
+    dx, dw_ih, dw_hh, db, dh0, dc0 = jax.ffi.ffi_call(TARGETS[1], (
+        f32(x), f32(w_ih), f32(w_hh), f32(residuals[3]), f32(residuals[5]), f32(residuals[6])))(*residuals, dy, dh, dc)
+    return dx, dw_ih, dw_hh, db, db, dh0, dc0
+
+
+lstm_layer.defvjp(_lstm_layer_forward, _lstm_layer_backward)
+
+
+def onednn_stack(table: Array, tokens: Array, weights: Sequence[LayerWeights], carry: Carry, lengths: Array | None,
+                 masks: Sequence[Array] | None) -> Carry:
+    """``nn.LSTM`` on oneDNN, layer by layer → each layer's final (h, c), each (B, H). table (V, E); tokens (T, B)
+    int32; ``masks``: None or L-1 (T, B, H) multipliers of the inputs of layers 1..L-1; ``lengths`` must be None."""
+    if lengths is not None:
+        raise UnsupportedError("--lstm-impl onednn takes no sequence lengths (--padding right)")
+
+    def layer(xs: Array, layer_weights: LayerWeights, layer_carry: LayerCarry) -> tuple[LayerCarry, Array]:
+        ys, final = lstm_layer(xs, *layer_weights, *layer_carry)
+        return final, ys
+
+    return layer_by_layer(table, tokens, weights, carry, masks, jnp.float32, layer)
+

@@ -1,0 +1,47 @@
+"""The native build: a failed or impossible build is a reason on record and a working set-up, never an error."""
+import json
+
+import pytest
+
+from jax_impl import native
+from jax_impl.native import build
+
+
+@pytest.fixture
+def build_dir(tmp_path, monkeypatch):
+    monkeypatch.setattr(native, "BUILD_DIR", tmp_path)
+    return tmp_path
+
+
+def broken(tmp_path):
+    source = tmp_path / "broken.cc"
+    source.write_text("int f() { return undeclared; }\n")
+    return build.Extension("broken", (str(source),), lambda: [], "a source that does not compile")
+
+
+def test_a_source_that_does_not_compile_leaves_a_reason_and_no_library(build_dir):
+    (build_dir / "libbroken.so").write_text("an older build")
+    record = build.build(broken(build_dir))
+    assert record["built"] is False
+    assert record["reason"].startswith("g++ failed:") and "undeclared" in record["reason"]
+    assert not (build_dir / "libbroken.so").exists()
+    assert json.loads((build_dir / "broken.json").read_text())["reason"] == record["reason"]
+    assert native.unavailable("broken") == f"the native broken library is not available: {record['reason']}"
+
+
+def test_a_failed_build_still_exits_zero_and_says_the_row_is_na(build_dir, monkeypatch, capsys):
+    monkeypatch.setattr(build, "EXTENSIONS", {"broken": broken(build_dir)})
+    assert build.main([]) == 0
+    assert "native broken: not built (g++ failed:" in capsys.readouterr().out
+
+
+def test_a_missing_dependency_is_the_reason(build_dir):
+    def absent():
+        raise build.Missing("torch is not installed")
+    record = build.build(build.Extension("needs", ("x.cc",), absent, "needs torch"))
+    assert (record["built"], record["reason"]) == (False, "torch is not installed")
+
+
+def test_an_unknown_extension_is_a_usage_error(capsys):
+    assert build.main(["nonesuch"]) == 2
+    assert capsys.readouterr().err.startswith("error: no native extension 'nonesuch'")

@@ -1,0 +1,80 @@
+"""The oneDNN stack (``--lstm-impl onednn``): oneDNN's LSTM primitive through XLA's FFI computes what the project's
+reference, Flax ``nn.RNN`` over PyTorch's cell, computes, values and gradients; it hands ATen XLA's own buffers, so
+nothing is copied; every thread it computes on flushes denormals; and what it cannot compute is refused in one line.
+Skipped, saying why, where the native library was not built."""
+from __future__ import annotations
+
+import json
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+from common.errors import UnsupportedError
+from jax_impl import native, onednn
+from jax_impl.model import resolve_lstm_impl
+from jax_impl.tests.test_recurrence import B, H, T, _assert_close, _stack_args, _stack_loss, reference_stack
+
+needs_library = pytest.mark.skipif(native.unavailable("onednn_lstm") is not None,
+                                   reason=str(native.unavailable("onednn_lstm")))
+# oneDNN's fused gates and packed GEMMs against XLA's: the same float32 function rounded differently, a few ulps
+# of each array's scale (as the fused stack against the reference, test_recurrence).
+REL_TOL = 2e-5
+
+
+@needs_library
+@pytest.mark.parametrize("layers", [1, 2, 3])
+def test_final_carries_and_gradients_equal_jax_grad_of_the_reference(layers):
+    table, tokens, weights, carries, masks = _stack_args(0, jnp.float32, layers)
+    masks = masks or None
+    loss = _stack_loss(onednn.onednn_stack, 0, jnp.float32, tokens, None, masks, layers)
+    reference = _stack_loss(reference_stack, 0, jnp.float32, tokens, None, masks, layers)
+    (value, finals), grads = jax.jit(jax.value_and_grad(loss, argnums=(0, 1, 2), has_aux=True))(
+        table, weights, carries)
+    (value_r, finals_r), grads_r = jax.value_and_grad(reference, argnums=(0, 1, 2), has_aux=True)(
+        table, weights, carries)
+    _assert_close(finals, finals_r, REL_TOL)
+    _assert_close(grads, grads_r, REL_TOL)
+    assert abs(float(value) - float(value_r)) <= REL_TOL * abs(float(value_r))
+
+
+@needs_library
+def test_a_training_step_hands_atens_results_xlas_buffers_without_a_copy():
+    table, tokens, weights, carries, masks = _stack_args(1, jnp.float32, 2)
+    loss = _stack_loss(onednn.onednn_stack, 1, jnp.float32, tokens, None, masks, 2)
+    before = onednn.library().onednn_lstm_copies()
+    jax.block_until_ready(jax.jit(jax.grad(loss, argnums=(0, 1, 2), has_aux=True))(table, weights, carries))
+    assert onednn.library().onednn_lstm_copies() == before
+
+
+@needs_library
+def test_the_workspace_is_the_size_oneDNN_asks_for_at_these_shapes():
+    # oneDNN's training workspace: gates and states of every step, at least 4 gates and (h, c) per (t, b, unit).
+    size = onednn.workspace_bytes(T, B, 5, H)
+    assert size >= 4 * T * B * 6 * H and size == onednn.workspace_bytes(T, B, 5, H)
+
+
+@needs_library
+def test_every_thread_it_computes_on_flushes_denormals_and_the_version_is_torchs():
+    described = onednn.describe()
+    assert described["flush_denormal"] is True and described["lstm_kernel"] == "onednn"
+    assert described["onednn_threads"] >= 1 and described["onednn"].count(".") == 2
+
+
+@pytest.mark.parametrize("dtype,padding,platform,refusal", [
+    ("float64", "left", "cpu", r"^--lstm-impl onednn computes float32 here, not float64$"),
+    ("bfloat16", "left", "cpu", r"^--lstm-impl onednn computes float32 here, not bfloat16$"),
+    ("float32", "right", "cpu", r"^--lstm-impl onednn takes no sequence lengths \(--padding right\)"),
+    ("float32", "left", "gpu", r"^--lstm-impl onednn runs oneDNN's CPU primitive; this backend is gpu$"),
+])
+def test_what_onednn_cannot_compute_is_refused_in_one_line(dtype, padding, platform, refusal):
+    with pytest.raises(UnsupportedError, match=refusal):
+        resolve_lstm_impl("onednn", dtype, platform, padding)
+
+
+def test_a_library_that_was_not_built_is_refused_with_the_builds_reason(tmp_path, monkeypatch):
+    monkeypatch.setattr(native, "BUILD_DIR", tmp_path)
+    (tmp_path / "onednn_lstm.json").write_text(json.dumps({"built": False, "reason": "torch is not installed"}))
+    with pytest.raises(UnsupportedError, match=r"^the native onednn_lstm library is not available: torch is not "
+                                               r"installed$"):
+        resolve_lstm_impl("onednn", "float32", "cpu")
