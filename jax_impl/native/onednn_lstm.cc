@@ -15,11 +15,15 @@
 
 #include <algorithm>
 #include <atomic>
+#include <condition_variable>
 #include <cstdint>
 #include <cstring>
 #include <deque>
+#include <functional>
+#include <future>
 #include <mutex>
 #include <set>
+#include <thread>
 #include <utility>
 
 #include <ATen/Parallel.h>
@@ -140,6 +144,60 @@ void flush_denormals_everywhere() {
   flush();
 }
 
+// ---------------------------------------------------------------- one thread for ATen
+
+// Every ATen call of this library runs on one thread of its own, whichever XLA thread asks: OpenMP keeps one team of
+// threads per thread that starts parallel work, and teams of several XLA threads would spin-wait on the same two
+// cores (measured by the bench: docs/benchmarks.md). PyTorch, too, calls oneDNN from one thread. The caller blocks
+// (no spinning) until done. Before each call the thread takes ATen's intra-op thread count (torch.set_num_threads),
+// as PyTorch's own worker threads do: OpenMP's count is per thread.
+class AtenThread {
+ public:
+  template <typename F>
+  auto run(F&& task) -> decltype(task()) {
+    std::packaged_task<decltype(task())()> job(std::forward<F>(task));
+    auto done = job.get_future();
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      jobs_.emplace_back([&job] { job(); });
+    }
+    ready_.notify_one();
+    return done.get();
+  }
+
+  static AtenThread& instance() {
+    static AtenThread* thread = new AtenThread();  // never destroyed: it outlives every caller, to process exit
+    return *thread;
+  }
+
+ private:
+  AtenThread() : worker_([this] { loop(); }) { worker_.detach(); }
+
+  void loop() {
+    for (;;) {
+      std::function<void()> job;
+      {
+        std::unique_lock<std::mutex> lock(mutex_);
+        ready_.wait(lock, [this] { return !jobs_.empty(); });
+        job = std::move(jobs_.front());
+        jobs_.pop_front();
+      }
+      at::init_num_threads();
+      job();
+    }
+  }
+
+  std::mutex mutex_;
+  std::condition_variable ready_;
+  std::deque<std::function<void()>> jobs_;
+  std::thread worker_;
+};
+
+template <typename F>
+auto on_aten_thread(F&& task) {
+  return AtenThread::instance().run(std::forward<F>(task));
+}
+
 template <typename B>
 at::Tensor view(B& buffer, std::initializer_list<int64_t> shape) {
   return at::from_blob(const_cast<void*>(static_cast<const void*>(buffer.typed_data())), shape,
@@ -171,31 +229,33 @@ ffi::Error Forward(In3 x, In2 w_ih, In2 w_hh,
                    Out2 c_t, OutBytes workspace, bool train) {
   const Dims d = dims_of(x, w_hh);
   if (auto err = check(d, w_ih); err.failure()) return err;
-  try {
-    flush_denormals_everywhere();
-    // oneDNN's training forward (which fills the workspace) runs where grad mode is on, its inference one elsewhere.
-    c10::AutoGradMode grad_mode(train);
-    std::deque<std::pair<size_t, void*>> wanted = {{floats(d.t * d.b * d.h), y->typed_data()},
-                                                   {floats(d.b * d.h), h_t->typed_data()},
-                                                   {floats(d.b * d.h), c_t->typed_data()}};
-    if (train) wanted.emplace_back(workspace->element_count(), workspace->typed_data());
-    HandOff handed(std::move(wanted));
-    auto [out, h, c, ws] = at::cpu::mkldnn_rnn_layer(
-        view(x, {d.t, d.b, d.d}), view(w_ih, {4 * d.h, d.d}), view(w_hh, {4 * d.h, d.h}), view(b_ih, {4 * d.h}),
-        view(b_hh, {4 * d.h}), view(h0, {d.b, d.h}), view(c0, {d.b, d.h}), /*reverse=*/false, /*batch_sizes=*/{},
-        kLstm, d.h, /*num_layers=*/1, /*has_biases=*/true, /*bidirectional=*/false, /*batch_first=*/false, train);
-    deliver(out, y->typed_data());
-    deliver(h, h_t->typed_data());
-    deliver(c, c_t->typed_data());
-    if (train) {
-      if (static_cast<size_t>(ws.nbytes()) != workspace->element_count())
-        return ffi::Error::Internal("onednn_lstm: the workspace is not the size queried at trace time");
-      deliver(ws, workspace->typed_data());
+  return on_aten_thread([&]() -> ffi::Error {
+    try {
+      flush_denormals_everywhere();
+      // oneDNN's training forward (which fills the workspace) runs where grad mode is on, its inference one elsewhere.
+      c10::AutoGradMode grad_mode(train);
+      std::deque<std::pair<size_t, void*>> wanted = {{floats(d.t * d.b * d.h), y->typed_data()},
+                                                     {floats(d.b * d.h), h_t->typed_data()},
+                                                     {floats(d.b * d.h), c_t->typed_data()}};
+      if (train) wanted.emplace_back(workspace->element_count(), workspace->typed_data());
+      HandOff handed(std::move(wanted));
+      auto [out, h, c, ws] = at::cpu::mkldnn_rnn_layer(
+          view(x, {d.t, d.b, d.d}), view(w_ih, {4 * d.h, d.d}), view(w_hh, {4 * d.h, d.h}), view(b_ih, {4 * d.h}),
+          view(b_hh, {4 * d.h}), view(h0, {d.b, d.h}), view(c0, {d.b, d.h}), /*reverse=*/false, /*batch_sizes=*/{},
+          kLstm, d.h, /*num_layers=*/1, /*has_biases=*/true, /*bidirectional=*/false, /*batch_first=*/false, train);
+      deliver(out, y->typed_data());
+      deliver(h, h_t->typed_data());
+      deliver(c, c_t->typed_data());
+      if (train) {
+        if (static_cast<size_t>(ws.nbytes()) != workspace->element_count())
+          return ffi::Error::Internal("onednn_lstm: the workspace is not the size queried at trace time");
+        deliver(ws, workspace->typed_data());
+      }
+    } catch (const std::exception& e) {
+      return ffi::Error::Internal(std::string("onednn_lstm forward: ") + e.what());
     }
-  } catch (const std::exception& e) {
-    return ffi::Error::Internal(std::string("onednn_lstm forward: ") + e.what());
-  }
-  return ffi::Error::Success();
+    return ffi::Error::Success();
+  });
 }
 
 ffi::Error Backward(In3 x, In2 w_ih, In2 w_hh,
@@ -208,40 +268,44 @@ ffi::Error Backward(In3 x, In2 w_ih, In2 w_hh,
                     Out2 dc0) {
   const Dims d = dims_of(x, w_hh);
   if (auto err = check(d, w_ih); err.failure()) return err;
-  try {
-    flush_denormals_everywhere();
-    HandOff handed({{floats(d.t * d.b * d.d), dx->typed_data()},
-                    {floats(d.b * d.h), dh0->typed_data()},
-                    {floats(d.b * d.h), dc0->typed_data()},
-                    {floats(4 * d.h * d.d), dw_ih->typed_data()},
-                    {floats(4 * d.h * d.h), dw_hh->typed_data()},
-                    {floats(4 * d.h), db->typed_data()}});
-    auto ws = at::from_blob(const_cast<uint8_t*>(workspace.typed_data()), {int64_t(workspace.element_count())},
-                            at::TensorOptions().dtype(at::kByte));
-    auto grads = at::cpu::mkldnn_rnn_layer_backward(
-        view(x, {d.t, d.b, d.d}), view(w_ih, {4 * d.h, d.d}), view(w_hh, {4 * d.h, d.h}), view(b_ih, {4 * d.h}),
-        view(b_hh, {4 * d.h}), view(h0, {d.b, d.h}), view(c0, {d.b, d.h}), view(y, {d.t, d.b, d.h}),
-        view(h_t, {d.b, d.h}), view(c_t, {d.b, d.h}), view(dy, {d.t, d.b, d.h}), view(dh_t, {d.b, d.h}),
-        view(dc_t, {d.b, d.h}), /*reverse=*/false, kLstm, d.h, /*num_layers=*/1, /*has_biases=*/true,
-        /*train=*/true, /*bidirectional=*/false, /*batch_sizes=*/{}, /*batch_first=*/false, ws);
-    deliver(std::get<0>(grads), dx->typed_data());
-    deliver(std::get<1>(grads), dw_ih->typed_data());
-    deliver(std::get<2>(grads), dw_hh->typed_data());
-    deliver(std::get<3>(grads), db->typed_data());
-    deliver(std::get<5>(grads), dh0->typed_data());
-    deliver(std::get<6>(grads), dc0->typed_data());
-  } catch (const std::exception& e) {
-    return ffi::Error::Internal(std::string("onednn_lstm backward: ") + e.what());
-  }
-  return ffi::Error::Success();
+  return on_aten_thread([&]() -> ffi::Error {
+    try {
+      flush_denormals_everywhere();
+      HandOff handed({{floats(d.t * d.b * d.d), dx->typed_data()},
+                      {floats(d.b * d.h), dh0->typed_data()},
+                      {floats(d.b * d.h), dc0->typed_data()},
+                      {floats(4 * d.h * d.d), dw_ih->typed_data()},
+                      {floats(4 * d.h * d.h), dw_hh->typed_data()},
+                      {floats(4 * d.h), db->typed_data()}});
+      auto ws = at::from_blob(const_cast<uint8_t*>(workspace.typed_data()), {int64_t(workspace.element_count())},
+                              at::TensorOptions().dtype(at::kByte));
+      auto grads = at::cpu::mkldnn_rnn_layer_backward(
+          view(x, {d.t, d.b, d.d}), view(w_ih, {4 * d.h, d.d}), view(w_hh, {4 * d.h, d.h}), view(b_ih, {4 * d.h}),
+          view(b_hh, {4 * d.h}), view(h0, {d.b, d.h}), view(c0, {d.b, d.h}), view(y, {d.t, d.b, d.h}),
+          view(h_t, {d.b, d.h}), view(c_t, {d.b, d.h}), view(dy, {d.t, d.b, d.h}), view(dh_t, {d.b, d.h}),
+          view(dc_t, {d.b, d.h}), /*reverse=*/false, kLstm, d.h, /*num_layers=*/1, /*has_biases=*/true,
+          /*train=*/true, /*bidirectional=*/false, /*batch_sizes=*/{}, /*batch_first=*/false, ws);
+      deliver(std::get<0>(grads), dx->typed_data());
+      deliver(std::get<1>(grads), dw_ih->typed_data());
+      deliver(std::get<2>(grads), dw_hh->typed_data());
+      deliver(std::get<3>(grads), db->typed_data());
+      deliver(std::get<5>(grads), dh0->typed_data());
+      deliver(std::get<6>(grads), dc0->typed_data());
+    } catch (const std::exception& e) {
+      return ffi::Error::Internal(std::string("onednn_lstm backward: ") + e.what());
+    }
+    return ffi::Error::Success();
+  });
 }
 
 // The fraction of products of a 512² float32 GEMM of 1e-21 values (products 1e-42: denormal) that come out zero on
 // ATen's threads under this library's float rules: 1 where every thread flushes.
 ffi::Error DenormalsFlushed(Out0 zero_fraction) {
-  flush_denormals_everywhere();
-  auto a = at::full({512, 512}, 1e-21f, at::TensorOptions().dtype(at::kFloat));
-  zero_fraction->typed_data()[0] = at::mm(a, a).eq(0).to(at::kFloat).mean().item<float>();
+  zero_fraction->typed_data()[0] = on_aten_thread([] {
+    flush_denormals_everywhere();
+    auto a = at::full({512, 512}, 1e-21f, at::TensorOptions().dtype(at::kFloat));
+    return at::mm(a, a).eq(0).to(at::kFloat).mean().item<float>();
+  });
   return ffi::Error::Success();
 }
 
@@ -291,23 +355,27 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(onednn_lstm_denormals_flushed, DenormalsFlushed,
 // The bytes of oneDNN's training workspace for one layer of these sizes (JAX needs the residual's shape before the
 // call): from one training call on zeros, the way ATen sizes it. -1 where ATen refuses.
 extern "C" int64_t onednn_lstm_workspace_bytes(int64_t t, int64_t b, int64_t d, int64_t h) {
-  try {
-    c10::AutoGradMode grad_mode(true);
-    auto f = at::TensorOptions().dtype(at::kFloat);
-    auto out = at::cpu::mkldnn_rnn_layer(at::zeros({t, b, d}, f), at::zeros({4 * h, d}, f), at::zeros({4 * h, h}, f),
-                                         at::zeros({4 * h}, f), at::zeros({4 * h}, f), at::zeros({b, h}, f),
-                                         at::zeros({b, h}, f), false, {}, kLstm, h, 1, true, false, false, true);
-    return std::get<3>(out).nbytes();
-  } catch (const std::exception&) {
-    return -1;
-  }
+  return on_aten_thread([=]() -> int64_t {
+    try {
+      c10::AutoGradMode grad_mode(true);
+      auto f = at::TensorOptions().dtype(at::kFloat);
+      auto out = at::cpu::mkldnn_rnn_layer(at::zeros({t, b, d}, f), at::zeros({4 * h, d}, f), at::zeros({4 * h, h}, f),
+                                           at::zeros({4 * h}, f), at::zeros({4 * h}, f), at::zeros({b, h}, f),
+                                           at::zeros({b, h}, f), false, {}, kLstm, h, 1, true, false, false, true);
+      return std::get<3>(out).nbytes();
+    } catch (const std::exception&) {
+      return -1;
+    }
+  });
 }
 
 // How many results so far had to be copied into XLA's buffers (0 while the hand-off works).
 extern "C" int64_t onednn_lstm_copies() { return copies.load(); }
 
 // ATen's intra-op threads, the ones oneDNN computes on.
-extern "C" int64_t onednn_lstm_threads() { return at::get_num_threads(); }
+extern "C" int64_t onednn_lstm_threads() {
+  return on_aten_thread([] { return static_cast<int64_t>(at::get_num_threads()); });
+}
 
 // The oneDNN version ATen runs, as major * 10000 + minor * 100 + patch (for the bench's provenance).
 extern "C" int64_t onednn_lstm_version() {

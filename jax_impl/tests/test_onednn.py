@@ -5,9 +5,11 @@ Skipped, saying why, where the native library was not built."""
 from __future__ import annotations
 
 import json
+from concurrent.futures import ThreadPoolExecutor
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import pytest
 
 from common.errors import UnsupportedError
@@ -45,6 +47,31 @@ def test_a_training_step_hands_atens_results_xlas_buffers_without_a_copy():
     before = onednn.library().onednn_lstm_copies()
     jax.block_until_ready(jax.jit(jax.grad(loss, argnums=(0, 1, 2), has_aux=True))(table, weights, carries))
     assert onednn.library().onednn_lstm_copies() == before
+
+
+@needs_library
+def test_calls_from_several_threads_at_once_each_get_their_own_result():
+    # Every ATen call is queued to the library's one ATen thread; callers from other threads wait for their own.
+    inputs = [_stack_args(seed, jnp.float32, 2) for seed in range(4)]
+    run = jax.jit(lambda args: onednn.onednn_stack(*args[:4], None, args[4] or None))
+    alone = [jax.device_get(run(args)) for args in inputs]
+    with ThreadPoolExecutor(4) as pool:
+        together = list(pool.map(lambda args: jax.device_get(run(args)), inputs))
+    for a, b in zip(alone, together):
+        assert all(np.array_equal(x, y) for x, y in zip(jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b)))
+
+
+@needs_library
+def test_oneDNN_computes_on_as_many_threads_as_torch_is_set_to():
+    # The library's ATen thread takes torch's intra-op count before each call (OpenMP keeps one count per thread).
+    import torch
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        assert onednn.library().onednn_lstm_threads() == 1
+    finally:
+        torch.set_num_threads(before)
+    assert onednn.library().onednn_lstm_threads() == before
 
 
 @needs_library
