@@ -113,12 +113,14 @@ def run(entries: list[Entry], plan: Plan, device: str, progress: bool = True) ->
             tqdm(total=len(entries) + plan.rounds, unit="stage", file=sys.stderr, disable=not progress) as bar:
         loading: dict[str, Member] = {}
         try:
-            # Every worker starts and loads at once (imports, corpus, vocabulary: nothing timed, mostly one thread
-            # each); once all have loaded, compiling and everything timed runs one worker at a time.
+            # Every worker starts and loads at once (imports, corpus, vocabulary, the part-timed step's functions:
+            # nothing timed or reported); once all have loaded, compiling and everything timed runs one worker at a
+            # time.
             bar.set_description("load")
             for e in entries:
                 loading[e.key] = Member(e, device, Path(work))
-                loading[e.key].send({"op": "load", "config": e.config, "threads": e.threads})
+                loading[e.key].send({"op": "load", "config": e.config, "threads": e.threads,
+                                     "parts": "parts" in plan.phases})
             loaded = {key: member.receive() for key, member in loading.items()}
             for e in entries:
                 bar.set_description(f"set up {e.label}")

@@ -85,7 +85,7 @@ VARIANTS = (
             wording="Flax nn.RNN over Flax's nn.OptimizedLSTMCell"),
     Variant("jax", "scan", "stock", "Flax nn.RNN over PyTorch's cell, differentiated by JAX; unlike "
             "nn.OptimizedLSTMCell it keeps two biases and projects the inputs of all steps before the loop, one GEMM "
-            "(--lstm-impl scan, the readable reference)", BOTH, {"lstm_impl": "scan"},
+            "(--lstm-impl scan, the readable reference)", GPU, {"lstm_impl": "scan"},
             {"cpu": "impl:scan", "gpu": "impl:scan"}, headline=("stock",), wording="Flax nn.RNN over PyTorch's cell"),
     Variant("jax", "nofold", "tuned", "our fused recurrence, nn.LSTM's algorithm (--lstm-impl fused "
             "--no-embed-fold)", BOTH, {"lstm_impl": "fused", "embed_fold": False},

@@ -97,6 +97,9 @@ class TorchSide:
         """Nothing is compiled ahead of the first call (under --torch-compile, Dynamo works inside it)."""
         return {}
 
+    def compile_parts(self, twin, state, batch) -> None:
+        """Nothing to compile for the part-timed step."""
+
     def train_step_parts(self, twin, state, carry, batch) -> tuple[Any, Any, float, dict[str, float]]:
         """The twin's training step as its trainer runs it, from the step's public parts
         (:func:`torch_impl.step.train_step`'s ``forward``, ``backward`` and ``update``), a clock read after each
@@ -180,6 +183,12 @@ class JaxSide:
         lower_s = time.perf_counter() - start
         compiled = lowered.compile()
         return {"lower_s": lower_s, "compile_s": time.perf_counter() - start, "hlo": compiled.as_text()}
+
+    def compile_parts(self, twin, state, batch) -> None:
+        """Compile :meth:`train_step_parts`'s three functions by one call on ``batch``, its results discarded: their
+        compile time is reported nowhere, so it can overlap the other workers' loading instead of adding to the
+        one-at-a-time set-up."""
+        self.jax.block_until_ready(self.train_step_parts(twin, state, twin.init_carry(), batch)[:2])
 
     def train_step_parts(self, twin, state, carry, batch) -> tuple[Any, Any, float, dict[str, float]]:
         """The twin's training step as three jitted functions of :mod:`jax_impl.step`, each waited for: ``forward``

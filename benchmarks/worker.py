@@ -71,6 +71,9 @@ class Bench:
         self.twin, self.state, self.train = self.build(cfg)  # evaluation reads the latest state
         self.side.adopt(self.twin, cfg)
         self.evals = 0
+        if msg.get("parts"):  # untimed and unreported, so done while the other workers load
+            self.side.compile_parts(self.twin, self.state, next(batches(self.data.train, cfg.batch_size,
+                                                                        shuffle_seed=cfg.seed)))
         return {"loaded": True}
 
     def setup(self, msg: dict) -> dict:
@@ -80,7 +83,7 @@ class Bench:
         out = {"vocab_size": len(self.data.vocab), "info": self.side.info(), "phases": {},
                "record": {k: v for k, v in self.twin.record.items() if isinstance(v, (str, int, float, bool))}}
         for kind in msg["phases"]:  # inference first: its peak memory is read before training raises it
-            if kind == "parts":  # the parts' own functions compile in their first call: warmed, not reported
+            if kind == "parts":  # its functions were compiled while loading: the first step and warm-up
                 self.steps("parts", 1 + msg["warmup"])
                 continue
             phase = self.side.compile(self.twin, self.state, "eval" if kind == "eval" else "train",
