@@ -34,7 +34,7 @@ STACKS = {
     "scan": (stacks.scan_stack, ("dtype", "precision")),
     "flax": (stacks.flax_cell_stack, ("dtype", "precision")),
     "cudnn": (cudnn.cudnn_stack, ("precision",)),
-    "onednn": (onednn.onednn_stack, ()),
+    "onednn": (onednn.onednn_stack, ("dtype",)),
 }
 
 

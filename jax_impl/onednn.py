@@ -8,8 +8,11 @@ its training primitive under ``jax.grad``, whose workspace (oneDNN's record of t
 seed's shapes) is an explicit residual, an output of the forward call and an input of the backward one. The layers
 are stacked as ``nn.LSTM`` stacks them: the embeddings looked up first, dropout between the layers applied in JAX
 (as ATen applies it between its per-layer calls). oneDNN takes one bias, ``b_ih + b_hh`` (ATen sums them), so both
-biases get its gradient. Float32 only here; no sequence lengths (oneDNN's RNN primitive takes none: PyTorch itself
-runs packed sequences on its ATen cell, not on oneDNN).
+biases get its gradient. Under ``--dtype bfloat16`` each layer takes what PyTorch's autocast hands the same function:
+bfloat16 input, weights, biases, h0 and c0, and gives back bfloat16 outputs and states (the carry then holds those
+values in float32, and the parameters' gradients come back through the casts in float32), where this CPU's oneDNN has
+a bfloat16 LSTM. No float64 (oneDNN's RNN has none) and no sequence lengths (oneDNN's RNN primitive takes none:
+PyTorch itself runs packed sequences on its ATen cell, not on oneDNN).
 """
 from __future__ import annotations
 
@@ -26,22 +29,33 @@ from jax_impl.numerics import Array, LayerCarry, LayerWeights
 from jax_impl.stacks import Carry, layer_by_layer
 
 NAME = "onednn_lstm"
-TARGETS = ("onednn_lstm_forward", "onednn_lstm_backward", "onednn_lstm_denormals_flushed")
+TARGETS = ("onednn_lstm_forward", "onednn_lstm_backward", "onednn_lstm_forward_bf16", "onednn_lstm_backward_bf16",
+           "onednn_lstm_denormals_flushed")
+
+
+def target(kind: str, dtype) -> str:
+    """The FFI target of ``kind`` ("forward" or "backward") for arrays of ``dtype`` (float32 or bfloat16)."""
+    return f"onednn_lstm_{kind}" + ("_bf16" if dtype == jnp.bfloat16 else "")
 
 
 def check_usable(dtype: str, padding: str, platform: str) -> None:
-    """Refuse, in one line, what this stack cannot compute here: another platform than the CPU, another dtype than
-    float32, right padding (sequence lengths), or a library that was not built (with the build's reason)."""
+    """Refuse, in one line, what this stack cannot compute here: another platform than the CPU, float64, right
+    padding (sequence lengths), a library that was not built (with the build's reason), or bfloat16 where this CPU's
+    oneDNN refuses a bfloat16 LSTM."""
     if platform != "cpu":
         raise UnsupportedError(f"--lstm-impl onednn runs oneDNN's CPU primitive; this backend is {platform}")
-    if dtype != "float32":
-        raise UnsupportedError(f"--lstm-impl onednn computes float32 here, not {dtype}")
+    if dtype not in ("float32", "bfloat16"):
+        raise UnsupportedError(f"--lstm-impl onednn computes float32 or bfloat16, not {dtype}: oneDNN's RNN "
+                               f"primitive has no {dtype}")
     if padding == "right":
         raise UnsupportedError("--lstm-impl onednn takes no sequence lengths (--padding right): oneDNN's RNN "
                                "primitive has none, and PyTorch runs packed sequences on its ATen cell instead")
     reason = native.unavailable(NAME)
     if reason:
         raise UnsupportedError(reason)
+    if dtype == "bfloat16" and library().onednn_lstm_workspace_bytes(1, 1, 1, 1, 1) < 0:
+        raise UnsupportedError("--lstm-impl onednn under bfloat16: this CPU's oneDNN has no bfloat16 LSTM (it "
+                               "refused the primitive); use --lstm-impl scan or auto")
 
 
 def library() -> ctypes.CDLL:
@@ -49,17 +63,18 @@ def library() -> ctypes.CDLL:
     for fn in (lib.onednn_lstm_workspace_bytes, lib.onednn_lstm_version, lib.onednn_lstm_threads,
                lib.onednn_lstm_copies):
         fn.restype = ctypes.c_int64
-    lib.onednn_lstm_workspace_bytes.argtypes = [ctypes.c_int64] * 4
+    lib.onednn_lstm_workspace_bytes.argtypes = [ctypes.c_int64] * 5
     return lib
 
 
 @functools.cache
-def workspace_bytes(steps: int, batch: int, inputs: int, hidden: int) -> int:
-    """The size of oneDNN's training workspace for one layer, asked of the library at trace time (one call on
-    zeros), since XLA needs every output's shape before it runs."""
-    size = library().onednn_lstm_workspace_bytes(steps, batch, inputs, hidden)
+def workspace_bytes(steps: int, batch: int, inputs: int, hidden: int, bfloat16: bool = False) -> int:
+    """The size of oneDNN's training workspace for one layer (float32, or bfloat16), asked of the library at trace
+    time (one call on zeros), since XLA needs every output's shape before it runs."""
+    size = library().onednn_lstm_workspace_bytes(steps, batch, inputs, hidden, int(bfloat16))
     if size < 0:
-        raise UnsupportedError(f"oneDNN's LSTM refuses a layer of T {steps}, B {batch}, D {inputs}, H {hidden}")
+        raise UnsupportedError(f"oneDNN's LSTM refuses a {'bfloat16' if bfloat16 else 'float32'} layer of T {steps}, "
+                               f"B {batch}, D {inputs}, H {hidden}")
     return size
 
 
@@ -68,28 +83,29 @@ def describe() -> dict:
     one of them flushes denormals to zero (measured: a GEMM of denormal products on them)."""
     lib = library()
     version = lib.onednn_lstm_version()
-    flushed = float(jax.jit(lambda: jax.ffi.ffi_call(TARGETS[2], jax.ShapeDtypeStruct((), jnp.float32))())())
+    flushed = float(jax.jit(lambda: jax.ffi.ffi_call(TARGETS[-1], jax.ShapeDtypeStruct((), jnp.float32))())())
     return {"lstm_kernel": "onednn", "onednn": f"{version // 10000}.{version // 100 % 100}.{version % 100}"
             if version else None, "onednn_threads": int(lib.onednn_lstm_threads()), "flush_denormal": flushed == 1.0}
 
 
 def _forward(x, w_ih, w_hh, b_ih, b_hh, h0, c0, train: bool):
-    """x (T, B, D) and the layer's arguments → (y (T, B, H), h_T, c_T, workspace (W,) uint8; W is 0 unless
-    ``train``)."""
+    """x (T, B, D) and the layer's arguments, all of x's dtype → (y (T, B, H), h_T, c_T in that dtype, workspace
+    (W,) uint8; W is 0 unless ``train``)."""
     steps, batch, inputs = x.shape
     hidden = w_hh.shape[1]
-    f32 = functools.partial(jax.ShapeDtypeStruct, dtype=jnp.float32)
-    workspace = workspace_bytes(steps, batch, inputs, hidden) if train else 0
+    like_x = functools.partial(jax.ShapeDtypeStruct, dtype=x.dtype)
+    workspace = workspace_bytes(steps, batch, inputs, hidden, x.dtype == jnp.bfloat16) if train else 0
     library()  # registers the targets before XLA looks them up
-    outputs = (f32((steps, batch, hidden)), f32((batch, hidden)), f32((batch, hidden)),
+    outputs = (like_x((steps, batch, hidden)), like_x((batch, hidden)), like_x((batch, hidden)),
                jax.ShapeDtypeStruct((workspace,), jnp.uint8))
-    return jax.ffi.ffi_call(TARGETS[0], outputs)(x, w_ih, w_hh, b_ih, b_hh, h0, c0, train=train)
+    return jax.ffi.ffi_call(target("forward", x.dtype), outputs)(x, w_ih, w_hh, b_ih, b_hh, h0, c0, train=train)
 
 
 @jax.custom_vjp
 def lstm_layer(x: Array, w_ih: Array, w_hh: Array, b_ih: Array, b_hh: Array, h0: Array, c0: Array
                ) -> tuple[Array, LayerCarry]:
-    """One ``nn.LSTM`` layer on oneDNN: x (T, B, D) → (outputs (T, B, H), (h_T, c_T) each (B, H))."""
+    """One ``nn.LSTM`` layer on oneDNN: x (T, B, D) → (outputs (T, B, H), (h_T, c_T) each (B, H)), every array
+    float32, or every array bfloat16."""
     y, h, c, _ = _forward(x, w_ih, w_hh, b_ih, b_hh, h0, c0, train=False)
     return y, (h, c)
 
@@ -102,9 +118,10 @@ def _lstm_layer_forward(x, w_ih, w_hh, b_ih, b_hh, h0, c0):
 def _lstm_layer_backward(residuals, cotangents):
     dy, (dh, dc) = cotangents
     x, w_ih, w_hh = residuals[:3]
-    f32 = lambda a: jax.ShapeDtypeStruct(a.shape, jnp.float32)  # noqa: E731
-    dx, dw_ih, dw_hh, db, dh0, dc0 = jax.ffi.ffi_call(TARGETS[1], (
-        f32(x), f32(w_ih), f32(w_hh), f32(residuals[3]), f32(residuals[5]), f32(residuals[6])))(*residuals, dy, dh, dc)
+    like = lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype)  # noqa: E731
+    dx, dw_ih, dw_hh, db, dh0, dc0 = jax.ffi.ffi_call(target("backward", x.dtype), (
+        like(x), like(w_ih), like(w_hh), like(residuals[3]), like(residuals[5]), like(residuals[6])))(
+        *residuals, dy, dh, dc)
     return dx, dw_ih, dw_hh, db, db, dh0, dc0
 
 
@@ -112,15 +129,17 @@ lstm_layer.defvjp(_lstm_layer_forward, _lstm_layer_backward)
 
 
 def onednn_stack(table: Array, tokens: Array, weights: Sequence[LayerWeights], carry: Carry, lengths: Array | None,
-                 masks: Sequence[Array] | None) -> Carry:
-    """``nn.LSTM`` on oneDNN, layer by layer → each layer's final (h, c), each (B, H). table (V, E); tokens (T, B)
-    int32; ``masks``: None or L-1 (T, B, H) multipliers of the inputs of layers 1..L-1; ``lengths`` must be None."""
+                 masks: Sequence[Array] | None, dtype=jnp.float32) -> Carry:
+    """``nn.LSTM`` on oneDNN, layer by layer → each layer's final (h, c), each (B, H) in the carry's dtype. table
+    (V, E); tokens (T, B) int32; ``masks``: None or L-1 (T, B, H) multipliers of the inputs of layers 1..L-1;
+    ``lengths`` must be None. ``dtype`` bfloat16: every layer's arrays rounded to it, as autocast rounds them (the
+    masks, 0 or 2, multiply exactly)."""
     if lengths is not None:
         raise UnsupportedError("--lstm-impl onednn takes no sequence lengths (--padding right)")
 
     def layer(xs: Array, layer_weights: LayerWeights, layer_carry: LayerCarry) -> tuple[LayerCarry, Array]:
-        ys, final = lstm_layer(xs, *layer_weights, *layer_carry)
-        return final, ys
+        ys, (h, c) = lstm_layer(xs, *(w.astype(dtype) for w in layer_weights), *(v.astype(dtype) for v in layer_carry))
+        return (h.astype(layer_carry[0].dtype), c.astype(layer_carry[1].dtype)), ys
 
-    return layer_by_layer(table, tokens, weights, carry, masks, jnp.float32, layer)
+    return layer_by_layer(table, tokens, weights, carry, masks, dtype, layer)
 

@@ -2,7 +2,8 @@
 // the CPU, reached through ATen's own entry points (at::cpu::mkldnn_rnn_layer and its backward), which link the
 // oneDNN that torch ships (its symbols are not exported, ATen's are).
 //
-// Shapes (time-major, float32, PyTorch's layout and gate order i, f, g, o):
+// Shapes (time-major, PyTorch's layout and gate order i, f, g, o), every float array float32, or bfloat16 in the
+// *_bf16 handlers (what autocast hands mkldnn_rnn_layer: bfloat16 input, weights, biases, h0 and c0):
 //   x (T, B, D), w_ih (4H, D), w_hh (4H, H), b_ih (4H,), b_hh (4H,), h0 and c0 (B, H)
 //   forward:  y (T, B, H), h_T and c_T (B, H), and in training oneDNN's workspace (bytes) for the backward
 //   backward: dy (T, B, H), dh_T and dc_T (B, H) -> dx, dw_ih, dw_hh, db (= d b_ih = d b_hh), dh0, dc0
@@ -44,13 +45,6 @@
 #endif
 
 namespace ffi = xla::ffi;
-using In1 = ffi::BufferR1<ffi::F32>;  // float32 inputs of rank 1, 2, 3
-using In2 = ffi::BufferR2<ffi::F32>;
-using In3 = ffi::BufferR3<ffi::F32>;
-using Out0 = ffi::ResultBufferR0<ffi::F32>;
-using Out1 = ffi::ResultBufferR1<ffi::F32>;
-using Out2 = ffi::ResultBufferR2<ffi::F32>;
-using Out3 = ffi::ResultBufferR3<ffi::F32>;
 using Bytes = ffi::BufferR1<ffi::U8>;
 using OutBytes = ffi::ResultBufferR1<ffi::U8>;
 
@@ -123,10 +117,13 @@ class HandOff {
 
 std::atomic<int64_t> copies{0};  // results ATen wrote elsewhere than into XLA's buffer
 
-// `result` into the XLA buffer `out` (nothing to do where ATen already wrote there).
-void deliver(const at::Tensor& result, void* out) {
+// `result` into the XLA buffer `out` of element type `type` (nothing to do where ATen already wrote there). A result
+// of another type is rounded to the buffer's, as PyTorch's autograd rounds a gradient to its input's type: oneDNN's
+// bfloat16 backward returns float32 gradients.
+void deliver(const at::Tensor& result, void* out, at::ScalarType type) {
   if (result.data_ptr() == out) return;
-  std::memcpy(out, result.data_ptr(), result.nbytes());
+  const at::Tensor typed = result.to(type).contiguous();
+  std::memcpy(out, typed.data_ptr(), typed.nbytes());
   ++copies;
 }
 
@@ -198,24 +195,35 @@ auto on_aten_thread(F&& task) {
   return AtenThread::instance().run(std::forward<F>(task));
 }
 
+// The element type of a handler's float arrays, in XLA's and ATen's terms.
+template <ffi::DataType T>
+struct Elem;
+template <>
+struct Elem<ffi::F32> {
+  static constexpr at::ScalarType aten = at::kFloat;
+};
+template <>
+struct Elem<ffi::BF16> {
+  static constexpr at::ScalarType aten = at::kBFloat16;
+};
+
 template <typename B>
-at::Tensor view(B& buffer, std::initializer_list<int64_t> shape) {
-  return at::from_blob(const_cast<void*>(static_cast<const void*>(buffer.typed_data())), shape,
-                       at::TensorOptions().dtype(at::kFloat));
+at::Tensor view(const B& buffer, std::initializer_list<int64_t> shape, at::ScalarType type) {
+  return at::from_blob(buffer.untyped_data(), shape, at::TensorOptions().dtype(type));
 }
 
 struct Dims {
   int64_t t, b, d, h;
 };
 
-Dims dims_of(In3& x, In2& w_hh) {
+template <typename X, typename W>
+Dims dims_of(const X& x, const W& w_hh) {
   auto xd = x.dimensions();
   return {xd[0], xd[1], xd[2], w_hh.dimensions()[1]};
 }
 
-size_t floats(int64_t n) { return static_cast<size_t>(n) * sizeof(float); }
-
-ffi::Error check(const Dims& d, In2& w_ih) {
+template <typename W>
+ffi::Error check(const Dims& d, const W& w_ih) {
   if (w_ih.dimensions()[0] != 4 * d.h || w_ih.dimensions()[1] != d.d)
     return ffi::Error::InvalidArgument("onednn_lstm: w_ih must be (4H, D)");
   return ffi::Error::Success();
@@ -223,76 +231,83 @@ ffi::Error check(const Dims& d, In2& w_ih) {
 
 // ---------------------------------------------------------------- the handlers
 
-ffi::Error Forward(In3 x, In2 w_ih, In2 w_hh,
-                   In1 b_ih, In1 b_hh, In2 h0,
-                   In2 c0, Out3 y, Out2 h_t,
-                   Out2 c_t, OutBytes workspace, bool train) {
+template <ffi::DataType T>
+ffi::Error Forward(ffi::BufferR3<T> x, ffi::BufferR2<T> w_ih, ffi::BufferR2<T> w_hh, ffi::BufferR1<T> b_ih,
+                   ffi::BufferR1<T> b_hh, ffi::BufferR2<T> h0, ffi::BufferR2<T> c0, ffi::ResultBufferR3<T> y,
+                   ffi::ResultBufferR2<T> h_t, ffi::ResultBufferR2<T> c_t, OutBytes workspace, bool train) {
   const Dims d = dims_of(x, w_hh);
   if (auto err = check(d, w_ih); err.failure()) return err;
+  constexpr at::ScalarType type = Elem<T>::aten;
+  const size_t e = at::elementSize(type);
   return on_aten_thread([&]() -> ffi::Error {
     try {
       flush_denormals_everywhere();
       // oneDNN's training forward (which fills the workspace) runs where grad mode is on, its inference one elsewhere.
       c10::AutoGradMode grad_mode(train);
-      std::deque<std::pair<size_t, void*>> wanted = {{floats(d.t * d.b * d.h), y->typed_data()},
-                                                     {floats(d.b * d.h), h_t->typed_data()},
-                                                     {floats(d.b * d.h), c_t->typed_data()}};
-      if (train) wanted.emplace_back(workspace->element_count(), workspace->typed_data());
+      std::deque<std::pair<size_t, void*>> wanted = {{e * d.t * d.b * d.h, y->untyped_data()},
+                                                     {e * d.b * d.h, h_t->untyped_data()},
+                                                     {e * d.b * d.h, c_t->untyped_data()}};
+      if (train) wanted.emplace_back(workspace->element_count(), workspace->untyped_data());
       HandOff handed(std::move(wanted));
       auto [out, h, c, ws] = at::cpu::mkldnn_rnn_layer(
-          view(x, {d.t, d.b, d.d}), view(w_ih, {4 * d.h, d.d}), view(w_hh, {4 * d.h, d.h}), view(b_ih, {4 * d.h}),
-          view(b_hh, {4 * d.h}), view(h0, {d.b, d.h}), view(c0, {d.b, d.h}), /*reverse=*/false, /*batch_sizes=*/{},
-          kLstm, d.h, /*num_layers=*/1, /*has_biases=*/true, /*bidirectional=*/false, /*batch_first=*/false, train);
-      deliver(out, y->typed_data());
-      deliver(h, h_t->typed_data());
-      deliver(c, c_t->typed_data());
+          view(x, {d.t, d.b, d.d}, type), view(w_ih, {4 * d.h, d.d}, type), view(w_hh, {4 * d.h, d.h}, type),
+          view(b_ih, {4 * d.h}, type), view(b_hh, {4 * d.h}, type), view(h0, {d.b, d.h}, type),
+          view(c0, {d.b, d.h}, type), /*reverse=*/false, /*batch_sizes=*/{}, kLstm, d.h, /*num_layers=*/1,
+          /*has_biases=*/true, /*bidirectional=*/false, /*batch_first=*/false, train);
+      deliver(out, y->untyped_data(), type);
+      deliver(h, h_t->untyped_data(), type);
+      deliver(c, c_t->untyped_data(), type);
       if (train) {
         if (static_cast<size_t>(ws.nbytes()) != workspace->element_count())
           return ffi::Error::Internal("onednn_lstm: the workspace is not the size queried at trace time");
-        deliver(ws, workspace->typed_data());
+        deliver(ws, workspace->untyped_data(), at::kByte);
       }
-    } catch (const std::exception& e) {
-      return ffi::Error::Internal(std::string("onednn_lstm forward: ") + e.what());
+    } catch (const std::exception& err) {
+      return ffi::Error::Internal(std::string("onednn_lstm forward: ") + err.what());
     }
     return ffi::Error::Success();
   });
 }
 
-ffi::Error Backward(In3 x, In2 w_ih, In2 w_hh,
-                    In1 b_ih, In1 b_hh, In2 h0,
-                    In2 c0, In3 y, In2 h_t,
-                    In2 c_t, Bytes workspace, In3 dy,
-                    In2 dh_t, In2 dc_t, Out3 dx,
-                    Out2 dw_ih, Out2 dw_hh,
-                    Out1 db, Out2 dh0,
-                    Out2 dc0) {
+template <ffi::DataType T>
+ffi::Error Backward(ffi::BufferR3<T> x, ffi::BufferR2<T> w_ih, ffi::BufferR2<T> w_hh, ffi::BufferR1<T> b_ih,
+                    ffi::BufferR1<T> b_hh, ffi::BufferR2<T> h0, ffi::BufferR2<T> c0, ffi::BufferR3<T> y,
+                    ffi::BufferR2<T> h_t, ffi::BufferR2<T> c_t, Bytes workspace, ffi::BufferR3<T> dy,
+                    ffi::BufferR2<T> dh_t, ffi::BufferR2<T> dc_t, ffi::ResultBufferR3<T> dx,
+                    ffi::ResultBufferR2<T> dw_ih, ffi::ResultBufferR2<T> dw_hh, ffi::ResultBufferR1<T> db,
+                    ffi::ResultBufferR2<T> dh0, ffi::ResultBufferR2<T> dc0) {
   const Dims d = dims_of(x, w_hh);
   if (auto err = check(d, w_ih); err.failure()) return err;
+  constexpr at::ScalarType type = Elem<T>::aten;
+  const size_t e = at::elementSize(type);
   return on_aten_thread([&]() -> ffi::Error {
     try {
       flush_denormals_everywhere();
-      HandOff handed({{floats(d.t * d.b * d.d), dx->typed_data()},
-                      {floats(d.b * d.h), dh0->typed_data()},
-                      {floats(d.b * d.h), dc0->typed_data()},
-                      {floats(4 * d.h * d.d), dw_ih->typed_data()},
-                      {floats(4 * d.h * d.h), dw_hh->typed_data()},
-                      {floats(4 * d.h), db->typed_data()}});
-      auto ws = at::from_blob(const_cast<uint8_t*>(workspace.typed_data()), {int64_t(workspace.element_count())},
+      // The gradients are float32 whatever the inputs: handed XLA's buffers in float32 only (a float32 gradient
+      // must not take a bfloat16 buffer of its size), rounded and copied in bfloat16.
+      std::deque<std::pair<size_t, void*>> wanted;
+      if (type == at::kFloat)
+        wanted = {{e * d.t * d.b * d.d, dx->untyped_data()},  {e * d.b * d.h, dh0->untyped_data()},
+                  {e * d.b * d.h, dc0->untyped_data()},        {e * 4 * d.h * d.d, dw_ih->untyped_data()},
+                  {e * 4 * d.h * d.h, dw_hh->untyped_data()}, {e * 4 * d.h, db->untyped_data()}};
+      HandOff handed(std::move(wanted));
+      auto ws = at::from_blob(workspace.untyped_data(), {int64_t(workspace.element_count())},
                               at::TensorOptions().dtype(at::kByte));
       auto grads = at::cpu::mkldnn_rnn_layer_backward(
-          view(x, {d.t, d.b, d.d}), view(w_ih, {4 * d.h, d.d}), view(w_hh, {4 * d.h, d.h}), view(b_ih, {4 * d.h}),
-          view(b_hh, {4 * d.h}), view(h0, {d.b, d.h}), view(c0, {d.b, d.h}), view(y, {d.t, d.b, d.h}),
-          view(h_t, {d.b, d.h}), view(c_t, {d.b, d.h}), view(dy, {d.t, d.b, d.h}), view(dh_t, {d.b, d.h}),
-          view(dc_t, {d.b, d.h}), /*reverse=*/false, kLstm, d.h, /*num_layers=*/1, /*has_biases=*/true,
+          view(x, {d.t, d.b, d.d}, type), view(w_ih, {4 * d.h, d.d}, type), view(w_hh, {4 * d.h, d.h}, type),
+          view(b_ih, {4 * d.h}, type), view(b_hh, {4 * d.h}, type), view(h0, {d.b, d.h}, type),
+          view(c0, {d.b, d.h}, type), view(y, {d.t, d.b, d.h}, type), view(h_t, {d.b, d.h}, type),
+          view(c_t, {d.b, d.h}, type), view(dy, {d.t, d.b, d.h}, type), view(dh_t, {d.b, d.h}, type),
+          view(dc_t, {d.b, d.h}, type), /*reverse=*/false, kLstm, d.h, /*num_layers=*/1, /*has_biases=*/true,
           /*train=*/true, /*bidirectional=*/false, /*batch_sizes=*/{}, /*batch_first=*/false, ws);
-      deliver(std::get<0>(grads), dx->typed_data());
-      deliver(std::get<1>(grads), dw_ih->typed_data());
-      deliver(std::get<2>(grads), dw_hh->typed_data());
-      deliver(std::get<3>(grads), db->typed_data());
-      deliver(std::get<5>(grads), dh0->typed_data());
-      deliver(std::get<6>(grads), dc0->typed_data());
-    } catch (const std::exception& e) {
-      return ffi::Error::Internal(std::string("onednn_lstm backward: ") + e.what());
+      deliver(std::get<0>(grads), dx->untyped_data(), type);
+      deliver(std::get<1>(grads), dw_ih->untyped_data(), type);
+      deliver(std::get<2>(grads), dw_hh->untyped_data(), type);
+      deliver(std::get<3>(grads), db->untyped_data(), type);
+      deliver(std::get<5>(grads), dh0->untyped_data(), type);
+      deliver(std::get<6>(grads), dc0->untyped_data(), type);
+    } catch (const std::exception& err) {
+      return ffi::Error::Internal(std::string("onednn_lstm backward: ") + err.what());
     }
     return ffi::Error::Success();
   });
@@ -300,7 +315,7 @@ ffi::Error Backward(In3 x, In2 w_ih, In2 w_hh,
 
 // The fraction of products of a 512² float32 GEMM of 1e-21 values (products 1e-42: denormal) that come out zero on
 // ATen's threads under this library's float rules: 1 where every thread flushes.
-ffi::Error DenormalsFlushed(Out0 zero_fraction) {
+ffi::Error DenormalsFlushed(ffi::ResultBufferR0<ffi::F32> zero_fraction) {
   zero_fraction->typed_data()[0] = on_aten_thread([] {
     flush_denormals_everywhere();
     auto a = at::full({512, 512}, 1e-21f, at::TensorOptions().dtype(at::kFloat));
@@ -309,59 +324,70 @@ ffi::Error DenormalsFlushed(Out0 zero_fraction) {
   return ffi::Error::Success();
 }
 
+// The argument lists, in the order of the handlers' parameters.
+template <ffi::DataType T>
+auto ForwardBinding() {
+  return ffi::Ffi::Bind()
+      .Arg<ffi::BufferR3<T>>()  // x
+      .template Arg<ffi::BufferR2<T>>()  // w_ih
+      .template Arg<ffi::BufferR2<T>>()  // w_hh
+      .template Arg<ffi::BufferR1<T>>()  // b_ih
+      .template Arg<ffi::BufferR1<T>>()  // b_hh
+      .template Arg<ffi::BufferR2<T>>()  // h0
+      .template Arg<ffi::BufferR2<T>>()  // c0
+      .template Ret<ffi::BufferR3<T>>()  // y
+      .template Ret<ffi::BufferR2<T>>()  // h_T
+      .template Ret<ffi::BufferR2<T>>()  // c_T
+      .template Ret<Bytes>()  // workspace (empty in inference)
+      .template Attr<bool>("train");
+}
+
+template <ffi::DataType T>
+auto BackwardBinding() {
+  return ffi::Ffi::Bind()
+      .Arg<ffi::BufferR3<T>>()  // x
+      .template Arg<ffi::BufferR2<T>>()  // w_ih
+      .template Arg<ffi::BufferR2<T>>()  // w_hh
+      .template Arg<ffi::BufferR1<T>>()  // b_ih
+      .template Arg<ffi::BufferR1<T>>()  // b_hh
+      .template Arg<ffi::BufferR2<T>>()  // h0
+      .template Arg<ffi::BufferR2<T>>()  // c0
+      .template Arg<ffi::BufferR3<T>>()  // y
+      .template Arg<ffi::BufferR2<T>>()  // h_T
+      .template Arg<ffi::BufferR2<T>>()  // c_T
+      .template Arg<Bytes>()  // workspace
+      .template Arg<ffi::BufferR3<T>>()  // dy
+      .template Arg<ffi::BufferR2<T>>()  // dh_T
+      .template Arg<ffi::BufferR2<T>>()  // dc_T
+      .template Ret<ffi::BufferR3<T>>()  // dx
+      .template Ret<ffi::BufferR2<T>>()  // dw_ih
+      .template Ret<ffi::BufferR2<T>>()  // dw_hh
+      .template Ret<ffi::BufferR1<T>>()  // db
+      .template Ret<ffi::BufferR2<T>>()  // dh0
+      .template Ret<ffi::BufferR2<T>>();  // dc0
+}
+
 }  // namespace
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(onednn_lstm_forward, Forward,
-                              ffi::Ffi::Bind()
-                                  .Arg<In3>()  // x
-                                  .Arg<In2>()  // w_ih
-                                  .Arg<In2>()  // w_hh
-                                  .Arg<In1>()  // b_ih
-                                  .Arg<In1>()  // b_hh
-                                  .Arg<In2>()  // h0
-                                  .Arg<In2>()  // c0
-                                  .Ret<In3>()  // y
-                                  .Ret<In2>()  // h_T
-                                  .Ret<In2>()  // c_T
-                                  .Ret<Bytes>()   // workspace (empty in inference)
-                                  .Attr<bool>("train"));
-
-XLA_FFI_DEFINE_HANDLER_SYMBOL(onednn_lstm_backward, Backward,
-                              ffi::Ffi::Bind()
-                                  .Arg<In3>()  // x
-                                  .Arg<In2>()  // w_ih
-                                  .Arg<In2>()  // w_hh
-                                  .Arg<In1>()  // b_ih
-                                  .Arg<In1>()  // b_hh
-                                  .Arg<In2>()  // h0
-                                  .Arg<In2>()  // c0
-                                  .Arg<In3>()  // y
-                                  .Arg<In2>()  // h_T
-                                  .Arg<In2>()  // c_T
-                                  .Arg<Bytes>()   // workspace
-                                  .Arg<In3>()  // dy
-                                  .Arg<In2>()  // dh_T
-                                  .Arg<In2>()  // dc_T
-                                  .Ret<In3>()  // dx
-                                  .Ret<In2>()  // dw_ih
-                                  .Ret<In2>()  // dw_hh
-                                  .Ret<In1>()  // db
-                                  .Ret<In2>()  // dh0
-                                  .Ret<In2>());  // dc0
-
+XLA_FFI_DEFINE_HANDLER_SYMBOL(onednn_lstm_forward, Forward<ffi::F32>, ForwardBinding<ffi::F32>());
+XLA_FFI_DEFINE_HANDLER_SYMBOL(onednn_lstm_forward_bf16, Forward<ffi::BF16>, ForwardBinding<ffi::BF16>());
+XLA_FFI_DEFINE_HANDLER_SYMBOL(onednn_lstm_backward, Backward<ffi::F32>, BackwardBinding<ffi::F32>());
+XLA_FFI_DEFINE_HANDLER_SYMBOL(onednn_lstm_backward_bf16, Backward<ffi::BF16>, BackwardBinding<ffi::BF16>());
 XLA_FFI_DEFINE_HANDLER_SYMBOL(onednn_lstm_denormals_flushed, DenormalsFlushed,
                               ffi::Ffi::Bind().Ret<ffi::BufferR0<ffi::F32>>());
 
-// The bytes of oneDNN's training workspace for one layer of these sizes (JAX needs the residual's shape before the
-// call): from one training call on zeros, the way ATen sizes it. -1 where ATen refuses.
-extern "C" int64_t onednn_lstm_workspace_bytes(int64_t t, int64_t b, int64_t d, int64_t h) {
+// The bytes of oneDNN's training workspace for one layer of these sizes, in float32 or (bfloat16 != 0) bfloat16 (JAX
+// needs the residual's shape before the call): from one training call on zeros, the way ATen sizes it. -1 where ATen
+// refuses (bfloat16 on a CPU without oneDNN's bfloat16, for one).
+extern "C" int64_t onednn_lstm_workspace_bytes(int64_t t, int64_t b, int64_t d, int64_t h, int64_t bfloat16) {
   return on_aten_thread([=]() -> int64_t {
     try {
       c10::AutoGradMode grad_mode(true);
-      auto f = at::TensorOptions().dtype(at::kFloat);
-      auto out = at::cpu::mkldnn_rnn_layer(at::zeros({t, b, d}, f), at::zeros({4 * h, d}, f), at::zeros({4 * h, h}, f),
-                                           at::zeros({4 * h}, f), at::zeros({4 * h}, f), at::zeros({b, h}, f),
-                                           at::zeros({b, h}, f), false, {}, kLstm, h, 1, true, false, false, true);
+      auto f = at::TensorOptions().dtype(bfloat16 ? at::kBFloat16 : at::kFloat);
+      auto out = at::cpu::mkldnn_rnn_layer(at::zeros({t, b, d}, f), at::zeros({4 * h, d}, f),
+                                           at::zeros({4 * h, h}, f), at::zeros({4 * h}, f), at::zeros({4 * h}, f),
+                                           at::zeros({b, h}, f), at::zeros({b, h}, f), false, {}, kLstm, h, 1, true,
+                                           false, false, true);
       return std::get<3>(out).nbytes();
     } catch (const std::exception&) {
       return -1;

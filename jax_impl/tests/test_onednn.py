@@ -4,7 +4,11 @@ nothing is copied; every thread it computes on flushes denormals; and what it ca
 Skipped, saying why, where the native library was not built."""
 from __future__ import annotations
 
+import functools
 import json
+import os
+import subprocess
+import sys
 from concurrent.futures import ThreadPoolExecutor
 
 import jax
@@ -19,6 +23,15 @@ from jax_impl.tests.test_recurrence import B, H, T, _assert_close, _stack_args, 
 
 needs_library = pytest.mark.skipif(native.unavailable("onednn_lstm") is not None,
                                    reason=str(native.unavailable("onednn_lstm")))
+
+
+def refusal_of_bfloat16() -> str | None:
+    """Why this machine's oneDNN stack cannot compute bfloat16 (no library, or no oneDNN bfloat16), or None."""
+    try:
+        resolve_lstm_impl("onednn", "bfloat16", "cpu")
+    except UnsupportedError as err:
+        return str(err)
+    return None
 # oneDNN's fused gates and packed GEMMs against XLA's: the same float32 function rounded differently, a few ulps
 # of each array's scale (as the fused stack against the reference, test_recurrence).
 REL_TOL = 2e-5
@@ -38,6 +51,38 @@ def test_final_carries_and_gradients_equal_jax_grad_of_the_reference(layers):
     _assert_close(finals, finals_r, REL_TOL)
     _assert_close(grads, grads_r, REL_TOL)
     assert abs(float(value) - float(value_r)) <= REL_TOL * abs(float(value_r))
+
+
+@needs_library
+@pytest.mark.skipif(refusal_of_bfloat16() is not None, reason=str(refusal_of_bfloat16()))
+def test_in_bfloat16_a_float32_carry_holds_bfloat16_values_within_bfloat16s_reach_of_float32():
+    table, tokens, weights, carries, masks = _stack_args(0, jnp.float32, 2)
+    stack = functools.partial(onednn.onednn_stack, dtype=jnp.bfloat16)
+    loss = _stack_loss(stack, 0, jnp.float32, tokens, None, masks, 2)
+    reference = _stack_loss(reference_stack, 0, jnp.float32, tokens, None, masks, 2)
+    (_, finals), grads = jax.jit(jax.value_and_grad(loss, argnums=(0, 1, 2), has_aux=True))(table, weights, carries)
+    (_, finals_r), grads_r = jax.value_and_grad(reference, argnums=(0, 1, 2), has_aux=True)(table, weights, carries)
+    for v in jax.tree_util.tree_leaves(finals):  # as autocast's oneDNN returns h_n and c_n: bfloat16 values
+        assert v.dtype == jnp.float32 and np.array_equal(v, v.astype(jnp.bfloat16).astype(jnp.float32))
+    # The gradients come back through the casts in float32. Measured against float32: 1.0e-2 of each array's scale
+    # at most (bfloat16 keeps 8 bits: 2^-8 = 3.9e-3 per rounding, over 2 layers and 7 steps).
+    _assert_close(finals, finals_r, 3e-2)
+    _assert_close(grads, grads_r, 3e-2)
+
+
+def test_bfloat16_is_refused_in_one_line_where_this_cpus_oneDNN_has_none():
+    # oneDNN limited to AVX2 has no bfloat16 LSTM (as on a CPU without AVX-512 BF16); float32 still resolves.
+    code = ("from jax_impl.model import resolve_lstm_impl\n"
+            "from common.errors import UnsupportedError\n"
+            "print(resolve_lstm_impl('onednn', 'float32', 'cpu'))\n"
+            "try:\n    resolve_lstm_impl('onednn', 'bfloat16', 'cpu')\n"
+            "except UnsupportedError as err:\n    print(err)\n")
+    if native.unavailable("onednn_lstm"):
+        pytest.skip(native.unavailable("onednn_lstm"))
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "ONEDNN_MAX_CPU_ISA": "AVX2"}).stdout.splitlines()
+    assert out == ["onednn", "--lstm-impl onednn under bfloat16: this CPU's oneDNN has no bfloat16 LSTM (it refused "
+                             "the primitive); use --lstm-impl scan or auto"]
 
 
 @needs_library
@@ -89,8 +134,8 @@ def test_every_thread_it_computes_on_flushes_denormals_and_the_version_is_torchs
 
 
 @pytest.mark.parametrize("dtype,padding,platform,refusal", [
-    ("float64", "left", "cpu", r"^--lstm-impl onednn computes float32 here, not float64$"),
-    ("bfloat16", "left", "cpu", r"^--lstm-impl onednn computes float32 here, not bfloat16$"),
+    ("float64", "left", "cpu", r"^--lstm-impl onednn computes float32 or bfloat16, not float64: oneDNN's RNN "
+                               r"primitive has no float64$"),
     ("float32", "right", "cpu", r"^--lstm-impl onednn takes no sequence lengths \(--padding right\)"),
     ("float32", "left", "gpu", r"^--lstm-impl onednn runs oneDNN's CPU primitive; this backend is gpu$"),
 ])
