@@ -64,7 +64,8 @@ def test_resolve_frameworks_refuses_unknown_names():
 def test_the_variant_table_says_which_headline_comparisons_each_variant_takes_part_in():
     taking = {key: [v.label for v in plan.VARIANTS if key in v.headline] for key in plan.HEADLINES}
     assert taking == {"stock": ["jax:flax", "jax:scan"], "best tuned": ["jax:nofold", "jax:jit"],
-                      "same algorithm": ["jax:nofold"], "vendor kernel": ["jax:cudnn", "jax:onednn"], "compiled": ["torch:compile"]}
+                      "same algorithm": ["jax:nofold"], "vendor kernel": ["jax:cudnn", "jax:onednn"],
+                      "compiled": ["torch:compile"]}
 
 
 def test_every_headline_a_variant_names_has_a_sentence_and_the_wording_its_phrase_asks_for():
