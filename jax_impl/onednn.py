@@ -132,8 +132,8 @@ def onednn_stack(table: Array, tokens: Array, weights: Sequence[LayerWeights], c
                  masks: Sequence[Array] | None, dtype=jnp.float32) -> Carry:
     """``nn.LSTM`` on oneDNN, layer by layer → each layer's final (h, c), each (B, H) in the carry's dtype. table
     (V, E); tokens (T, B) int32; ``masks``: None or L-1 (T, B, H) multipliers of the inputs of layers 1..L-1;
-    ``lengths`` must be None. ``dtype`` bfloat16: every layer's arrays rounded to it, as autocast rounds them (the
-    masks, 0 or 2, multiply exactly)."""
+    ``lengths`` must be None. ``dtype`` bfloat16: every layer's arrays rounded to it, as autocast rounds them, and the
+    dropout masks rounded and applied in it, as ATen's dropout applies its bfloat16 noise between the layers."""
     if lengths is not None:
         raise UnsupportedError("--lstm-impl onednn takes no sequence lengths (--padding right)")
 
