@@ -324,17 +324,21 @@ ffi::Error DenormalsFlushed(ffi::ResultBufferR0<ffi::F32> zero_fraction) {
   return ffi::Error::Success();
 }
 
-// The argument lists, in the order of the handlers' parameters.
-template <ffi::DataType T>
-auto ForwardBinding() {
-  return ffi::Ffi::Bind()
-      .Arg<ffi::BufferR3<T>>()  // x
+// The argument lists, in the order of the handlers' parameters. Both handlers take the layer's inputs first.
+template <ffi::DataType T, typename Binding>
+auto WithLayerInputs(Binding binding) {
+  return std::move(binding).template Arg<ffi::BufferR3<T>>()  // x
       .template Arg<ffi::BufferR2<T>>()  // w_ih
       .template Arg<ffi::BufferR2<T>>()  // w_hh
       .template Arg<ffi::BufferR1<T>>()  // b_ih
       .template Arg<ffi::BufferR1<T>>()  // b_hh
       .template Arg<ffi::BufferR2<T>>()  // h0
-      .template Arg<ffi::BufferR2<T>>()  // c0
+      .template Arg<ffi::BufferR2<T>>();  // c0
+}
+
+template <ffi::DataType T>
+auto ForwardBinding() {
+  return WithLayerInputs<T>(ffi::Ffi::Bind())
       .template Ret<ffi::BufferR3<T>>()  // y
       .template Ret<ffi::BufferR2<T>>()  // h_T
       .template Ret<ffi::BufferR2<T>>()  // c_T
@@ -344,14 +348,7 @@ auto ForwardBinding() {
 
 template <ffi::DataType T>
 auto BackwardBinding() {
-  return ffi::Ffi::Bind()
-      .Arg<ffi::BufferR3<T>>()  // x
-      .template Arg<ffi::BufferR2<T>>()  // w_ih
-      .template Arg<ffi::BufferR2<T>>()  // w_hh
-      .template Arg<ffi::BufferR1<T>>()  // b_ih
-      .template Arg<ffi::BufferR1<T>>()  // b_hh
-      .template Arg<ffi::BufferR2<T>>()  // h0
-      .template Arg<ffi::BufferR2<T>>()  // c0
+  return WithLayerInputs<T>(ffi::Ffi::Bind())
       .template Arg<ffi::BufferR3<T>>()  // y
       .template Arg<ffi::BufferR2<T>>()  // h_T
       .template Arg<ffi::BufferR2<T>>()  // c_T
