@@ -19,19 +19,11 @@ import pytest
 from common.errors import UnsupportedError
 from jax_impl import native, onednn
 from jax_impl.model import resolve_lstm_impl
+from jax_impl.tests.test_model import refusal
 from jax_impl.tests.test_recurrence import B, H, T, _assert_close, _stack_args, _stack_loss, reference_stack
 
 needs_library = pytest.mark.skipif(native.unavailable("onednn_lstm") is not None,
                                    reason=str(native.unavailable("onednn_lstm")))
-
-
-def refusal_of_bfloat16() -> str | None:
-    """Why this machine's oneDNN stack cannot compute bfloat16 (no library, or no oneDNN bfloat16), or None."""
-    try:
-        resolve_lstm_impl("onednn", "bfloat16", "cpu")
-    except UnsupportedError as err:
-        return str(err)
-    return None
 # oneDNN's fused gates and packed GEMMs against XLA's: the same float32 function rounded differently, a few ulps
 # of each array's scale (as the fused stack against the reference, test_recurrence).
 REL_TOL = 2e-5
@@ -53,8 +45,7 @@ def test_final_carries_and_gradients_equal_jax_grad_of_the_reference(layers):
     assert abs(float(value) - float(value_r)) <= REL_TOL * abs(float(value_r))
 
 
-@needs_library
-@pytest.mark.skipif(refusal_of_bfloat16() is not None, reason=str(refusal_of_bfloat16()))
+@pytest.mark.skipif(refusal("onednn", "bfloat16") is not None, reason=str(refusal("onednn", "bfloat16")))
 def test_in_bfloat16_a_float32_carry_holds_bfloat16_values_within_bfloat16s_reach_of_float32():
     table, tokens, weights, carries, masks = _stack_args(0, jnp.float32, 2)
     stack = functools.partial(onednn.onednn_stack, dtype=jnp.bfloat16)
@@ -70,6 +61,7 @@ def test_in_bfloat16_a_float32_carry_holds_bfloat16_values_within_bfloat16s_reac
     _assert_close(grads, grads_r, 3e-2)
 
 
+@needs_library
 def test_bfloat16_is_refused_in_one_line_where_this_cpus_oneDNN_has_none():
     # oneDNN limited to AVX2 has no bfloat16 LSTM (as on a CPU without AVX-512 BF16); float32 still resolves.
     code = ("from jax_impl.model import resolve_lstm_impl\n"
@@ -77,8 +69,6 @@ def test_bfloat16_is_refused_in_one_line_where_this_cpus_oneDNN_has_none():
             "print(resolve_lstm_impl('onednn', 'float32', 'cpu'))\n"
             "try:\n    resolve_lstm_impl('onednn', 'bfloat16', 'cpu')\n"
             "except UnsupportedError as err:\n    print(err)\n")
-    if native.unavailable("onednn_lstm"):
-        pytest.skip(native.unavailable("onednn_lstm"))
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
                          env={**os.environ, "ONEDNN_MAX_CPU_ISA": "AVX2"}).stdout.splitlines()
     assert out == ["onednn", "--lstm-impl onednn under bfloat16: this CPU's oneDNN has no bfloat16 LSTM (it refused "
