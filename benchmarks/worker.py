@@ -69,17 +69,16 @@ class Bench:
         self.eval = full or list(itertools.islice(batches(self.data.train, cfg.batch_size, shuffle_seed=0), 1))
         self.params = init_params(len(self.data.vocab), cfg.embed_dim, cfg.hidden_dim, cfg.layers, seed=cfg.seed)
         self.twin, self.state, self.train = self.build(cfg)  # evaluation reads the latest state
+        self.first = next(batches(self.data.train, cfg.batch_size, shuffle_seed=cfg.seed))  # the shapes to compile for
         self.side.adopt(self.twin, cfg)
         self.evals = 0
         if msg.get("parts"):  # untimed and unreported, so done while the other workers load
-            self.side.compile_parts(self.twin, self.state, next(batches(self.data.train, cfg.batch_size,
-                                                                        shuffle_seed=cfg.seed)))
+            self.side.compile_parts(self.twin, self.state, self.first)
         return {"loaded": True}
 
     def setup(self, msg: dict) -> dict:
         """Compile, the first step, warm-up and provenance, each step kind in turn (one worker at a time)."""
         cfg = self.cfg
-        first = next(batches(self.data.train, cfg.batch_size, shuffle_seed=cfg.seed))
         out = {"vocab_size": len(self.data.vocab), "info": self.side.info(), "phases": {},
                "record": {k: v for k, v in self.twin.record.items() if isinstance(v, (str, int, float, bool))}}
         for kind in msg["phases"]:  # inference first: its peak memory is read before training raises it
@@ -87,7 +86,7 @@ class Bench:
                 self.steps("parts", 1 + msg["warmup"])
                 continue
             phase = self.side.compile(self.twin, self.state, "eval" if kind == "eval" else "train",
-                                      self.eval[0] if kind == "eval" else first)
+                                      self.eval[0] if kind == "eval" else self.first)
             hlo = phase.pop("hlo", None)
             phase["first_step_s"] = self.steps(kind, 1)[0]
             if cfg.torch_compile:
