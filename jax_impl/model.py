@@ -9,7 +9,9 @@ parameters (PyTorch's names and layout) and dropout masks and runs them through 
 (``--lstm-impl``). By default (``auto`` at float32) that is ``fused``, :func:`jax_impl.recurrence.embedding_lstm_stack`:
 two layers as one wavefront loop with hand-written gradients. The others: ``scan`` and ``flax``
 (:mod:`jax_impl.stacks`, Flax ``nn.RNN`` differentiated by JAX; ``scan`` is the reference the others are tested
-against and, under bfloat16, computes as PyTorch's autocast does) and ``cudnn`` (:mod:`jax_impl.cudnn`, CUDA only).
+against and, under bfloat16, computes as PyTorch's autocast does), ``cudnn`` (:mod:`jax_impl.cudnn`, CUDA only),
+``onednn`` (:mod:`jax_impl.onednn`, oneDNN's LSTM through XLA's FFI) and ``kernel`` (:mod:`jax_impl.kernel`, our
+own recurrence kernel through XLA's FFI; both CPU only).
 Any checkpoint runs under any of them. Every matmul runs at the model's ``precision``: ``Precision.HIGHEST`` (full
 float32, so TF32 GPUs still agree with the CPU and PyTorch) unless ``--allow-tf32`` makes it ``DEFAULT``, in both
 twins. The carry is a tuple of L pairs ``(h, c)``, each (B, H), where PyTorch keeps two (L, B, H) stacks.
@@ -21,7 +23,7 @@ import jax
 import jax.numpy as jnp
 
 from common.errors import ConfigError, UnsupportedError
-from jax_impl import cudnn, onednn, recurrence, stacks
+from jax_impl import cudnn, kernel, onednn, recurrence, stacks
 from jax_impl.numerics import PRECISION, compute_dtype, matmul_precision, param_dtype_for, to_bfloat16
 from jax_impl.stacks import Carry
 
@@ -35,12 +37,13 @@ STACKS = {
     "flax": (stacks.flax_cell_stack, ("dtype", "precision")),
     "cudnn": (cudnn.cudnn_stack, ("precision",)),
     "onednn": (onednn.onednn_stack, ("dtype",)),
+    "kernel": (kernel.kernel_stack, ("embed_fold", "precision")),
 }
 
 
 def resolve_lstm_impl(name: str, dtype: str, platform: str | None = None, padding: str = "left") -> str:
     """``--lstm-impl`` → the implementation that runs: auto is fused, and scan under bfloat16. ``platform``: the
-    run's JAX platform (default: JAX's default backend's), which cudnn needs to be a CUDA GPU and onednn the CPU;
+    run's JAX platform (default: JAX's default backend's), which cudnn needs to be a CUDA GPU, onednn and kernel the CPU;
     ``padding``: ``--padding`` (onednn takes no sequence lengths)."""
     if name == "auto":
         return "scan" if dtype == "bfloat16" else "fused"
@@ -53,6 +56,8 @@ def resolve_lstm_impl(name: str, dtype: str, platform: str | None = None, paddin
         cudnn.check_usable(dtype, platform or jax.default_backend())
     if name == "onednn":
         onednn.check_usable(dtype, padding, platform or jax.default_backend())
+    if name == "kernel":
+        kernel.check_usable(dtype, platform or jax.default_backend())
     return name
 
 

@@ -20,7 +20,7 @@ from common.interrupts import exit_process
 from common.params import Params
 from common.precision import BFLOAT16_RULES
 from common.runstate import Progress
-from jax_impl import onednn, xla_env
+from jax_impl import kernel, onednn, xla_env
 from jax_impl.convert import from_flax, to_flax
 from jax_impl.distributed import placement
 from jax_impl.model import model_from_config, resolve_lstm_impl
@@ -43,8 +43,9 @@ class JaxTwin:
             raise ConfigError("--no-flush-denormal is PyTorch's: XLA always flushes denormals to zero on the CPU")
         self.cfg, self.model = cfg, model_from_config(cfg, vocab_size, device.platform)
         self.place = placement(cfg, device)  # on one device both placements are `device` itself
-        if self.model.lstm_impl == "onednn" and self.place.devices > 1:
-            raise UnsupportedError("--lstm-impl onednn runs on one device: XLA cannot split a custom call over a mesh")
+        if self.model.lstm_impl in ("onednn", "kernel") and self.place.devices > 1:
+            raise UnsupportedError(f"--lstm-impl {self.model.lstm_impl} runs on one device: XLA cannot split a custom "
+                                   f"call over a mesh")
         self.is_main = True  # one process drives every device
         self.key = jax.device_put(jax.random.key(cfg.seed), self.place.replicated)  # dropout: fold_in(key, step)
         self.step, self.evaluate = make_train_step(self.model, cfg), make_eval_step(self.model, cfg)
@@ -54,6 +55,8 @@ class JaxTwin:
                        "matmul_precision": self.model.precision.name.lower(), **xla_env.record()}
         if self.model.lstm_impl == "onednn":  # the vendor kernel's version, threads and measured float rule
             self.record.update(onednn.describe())
+        if self.model.lstm_impl == "kernel":  # its GEMM, threads and gate math
+            self.record.update(kernel.describe(cfg.hidden_dim))
         if cfg.dtype == "bfloat16":  # what the model computes in bfloat16 (scan: PyTorch's autocast, flax: Flax's)
             rules = "flax" if self.model.lstm_impl == "flax" else "native" if cfg.padding == "right" else "onednn"
             self.record["bfloat16"] = BFLOAT16_RULES[rules]

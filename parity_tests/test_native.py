@@ -1,10 +1,12 @@
 """The JAX stacks on native kernels against the PyTorch twin, held to the bounds the default stack is held to:
-``--lstm-impl onednn`` (oneDNN's LSTM primitive through XLA's FFI, the kernel torch's nn.LSTM runs) at the seed's
-shapes in one forward pass and in the loss and every gradient, and in the 200-step trajectories of every carry mode.
-A machine where the native library was not built skips these, saying why.
+``--lstm-impl onednn`` (oneDNN's LSTM primitive through XLA's FFI, the kernel torch's nn.LSTM runs) and
+``--lstm-impl kernel`` (our own recurrence kernel through XLA's FFI), at the seed's shapes in one forward pass and
+in the loss and every gradient, and in the 200-step trajectories of every carry mode. A machine where the native
+library was not built skips these, saying why.
 
 oneDNN's primitive takes no sequence lengths, so ``--padding right`` is refused in one line (PyTorch runs packed
-sequences on its ATen cell, not on oneDNN): that refusal is a row here too. It has no float64 either.
+sequences on its ATen cell, not on oneDNN): that refusal is a row here too. It has no float64 either. Our kernel
+takes sequence lengths, so it runs both paddings; it computes float32 only.
 """
 from __future__ import annotations
 
@@ -29,8 +31,8 @@ from parity_tests.twins import (flax_module, flax_params, jax_carry, jax_loss_gr
                                 worst_relative_diff, worst_scaled_diff, zeros_stacked)
 from torch_impl.step import to_device
 
-LIBRARIES = {"onednn": "onednn_lstm"}
-PADDINGS = {"onednn": ("left",)}  # the paddings each computes
+LIBRARIES = {"onednn": "onednn_lstm", "kernel": "lstm_kernel"}
+PADDINGS = {"onednn": ("left",), "kernel": ("left", "right")}  # the paddings each computes
 
 
 def needs_library(impl: str) -> None:

@@ -63,9 +63,22 @@ def onednn_flags() -> list[str]:
     return ["-fopenmp", *torch_flags()]
 
 
+def kernel_flags() -> list[str]:
+    """MKL's packed GEMM and SLEEF's exp and tanh, both linked into libtorch_cpu (which exports them), OpenMP for the
+    team, and no contraction of a * b + c into one fused multiply-add, which would round differently from XLA."""
+    try:
+        import torch.utils.cpp_extension as ext
+    except ImportError:
+        raise Missing("torch is not installed (the kernel takes MKL's GEMM from it)") from None
+    lib = Path(ext.library_paths()[0])
+    return ["-fopenmp", "-ffp-contract=off", f"-L{lib}", "-ltorch_cpu", f"-Wl,-rpath,{lib}"]
+
+
 EXTENSIONS = {e.name: e for e in (
     Extension("onednn_lstm", ("onednn_lstm.cc",), onednn_flags,
               "oneDNN's LSTM primitive through ATen's mkldnn_rnn_layer (the kernel torch:eager runs)"),
+    Extension("lstm_kernel", ("lstm_kernel.cc",), kernel_flags,
+              "our LSTM recurrence: MKL's packed GEMM per step and vectorised gate math, one team of threads"),
 )}
 
 

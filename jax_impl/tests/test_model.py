@@ -234,5 +234,10 @@ def test_every_matmul_forward_and_backward_runs_at_the_configured_precision(setu
         # the Dense's, forward and backward.
         assert jaxpr.count("onednn_lstm_forward") == jaxpr.count("onednn_lstm_backward") == L
         assert jaxpr.count("dot_general") >= 2
+    elif setup[0].lstm_impl == "kernel":
+        # The recurrences are the kernel's, one FFI call per layer and pass; XLA's are the input projections, the
+        # weight gradients and the Dense's.
+        assert jaxpr.count("lstm_kernel_forward") == jaxpr.count("lstm_kernel_backward") == L
+        assert jaxpr.count("dot_general") >= 9
     else:
         assert jaxpr.count("dot_general") >= 10

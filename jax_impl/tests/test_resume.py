@@ -107,7 +107,7 @@ def test_a_killed_run_resumes_to_bitwise_the_same_end(small, reference, tmp_path
     assert_killed_run_resumes_bitwise(small, run_flags(small), reference, tmp_path)
 
 
-@pytest.mark.parametrize("impl,library", [("onednn", "onednn_lstm")])
+@pytest.mark.parametrize("impl,library", [("onednn", "onednn_lstm"), ("kernel", "lstm_kernel")])
 def test_a_killed_run_on_a_native_kernel_resumes_to_bitwise_the_same_end(small, tmp_path_factory, tmp_path, impl,
                                                                        library):
     if native.unavailable(library):

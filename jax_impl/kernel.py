@@ -1,0 +1,113 @@
+"""The LSTM stack on our own recurrence kernel (:mod:`jax_impl.native`'s ``lstm_kernel`` library): one XLA FFI call
+per layer and direction of the pass, everything else in XLA.
+
+Each layer's input projection stays in XLA (:func:`jax_impl.recurrence.embedding_lstm_stack` computes it, layer 0's
+through the embedding fold), and so do the weight gradients, as GEMMs over all steps. The kernel runs what XLA's loop
+runs slowly: the recurrence, each step's ``(B, H)·(H, 4H)`` product on W_hh packed once per call (MKL's packed
+GEMM) and the gate math vectorised in the same pass, on a team of threads that each own a range of hidden units.
+Forward and backward are one ``jax.custom_vjp``: the forward call keeps the activated gates and the cell states for
+the backward one where a gradient is taken. Sequence lengths (``--padding right``) are the kernel's own: from step
+``lengths[b]`` on, row b's carry stays. Float32 only: the kernel has no bfloat16 or float64 path.
+"""
+from __future__ import annotations
+
+import ctypes
+from functools import partial
+from typing import Sequence
+
+import jax
+import jax.numpy as jnp
+
+from common.errors import UnsupportedError
+from jax_impl import native, recurrence
+from jax_impl.numerics import PRECISION, Array, LayerCarry, LayerWeights
+from jax_impl.stacks import Carry
+
+NAME = "lstm_kernel"
+TARGETS = ("lstm_kernel_forward", "lstm_kernel_backward")
+GEMM = "MKL cblas_sgemm_compute on W_hh packed by cblas_sgemm_pack (the MKL torch links)"
+
+
+def check_usable(dtype: str, platform: str) -> None:
+    """Refuse, in one line, what the kernel cannot compute here: another platform than the CPU, another dtype than
+    float32, or a library that was not built (with the build's reason)."""
+    if platform != "cpu":
+        raise UnsupportedError(f"--lstm-impl kernel is a CPU kernel; this backend is {platform}")
+    if dtype != "float32":
+        raise UnsupportedError(f"--lstm-impl kernel computes float32 only, not {dtype}; use --lstm-impl scan or auto")
+    reason = native.unavailable(NAME)
+    if reason:
+        raise UnsupportedError(reason)
+
+
+def library() -> ctypes.CDLL:
+    lib = native.load(NAME, TARGETS)
+    lib.lstm_kernel_threads.restype = lib.lstm_kernel_vectorised.restype = ctypes.c_int64
+    lib.lstm_kernel_threads.argtypes = [ctypes.c_int64]
+    return lib
+
+
+def describe(hidden: int) -> dict:
+    """What runs for layers of ``hidden`` units: the GEMM, the team's threads, and the gate math's functions."""
+    lib = library()
+    return {"lstm_kernel": "kernel", "gemm": GEMM, "kernel_threads": int(lib.lstm_kernel_threads(hidden)),
+            "gate_math": "AVX-512, SLEEF's 1-ulp exp and tanh" if lib.lstm_kernel_vectorised()
+            else "scalar, the C library's exp and tanh"}
+
+
+def _forward(gates_x, w_hh, h0, c0, lengths, train: bool):
+    """gates_x (T, B, 4H) → (y (T, B, H), h_T, c_T (B, H), activated gates (T, B, 4H), c after each step (T, B, H));
+    the last two are empty (size 0) unless ``train``."""
+    steps, batch, width = gates_x.shape
+    hidden = width // 4
+    kept = (steps, batch) if train else (0, 0)
+    f32 = lambda *shape: jax.ShapeDtypeStruct(shape, jnp.float32)  # noqa: E731
+    library()  # registers the targets before XLA looks them up
+    return jax.ffi.ffi_call(TARGETS[0], (f32(steps, batch, hidden), f32(batch, hidden), f32(batch, hidden),
+                                         f32(*kept, width if train else 0), f32(*kept, hidden if train else 0)))(
+        gates_x, w_hh, h0, c0, lengths, train=train)
+
+
+@partial(jax.custom_vjp, nondiff_argnums=(5,))
+def lstm_recurrence(gates_x: Array, w_hh: Array, h0: Array, c0: Array, lengths: Array,
+                    precision: jax.lax.Precision = PRECISION) -> tuple[Array, LayerCarry]:
+    """One layer's recurrence: gates_x (T, B, 4H) = x W_ih^T + b_ih + b_hh, w_hh (4H, H), h0 and c0 (B, H), lengths
+    (B,) int32 → (outputs (T, B, H), 0 past a row's length; (h_T, c_T) each (B, H)), all float32. The kernel's
+    products are full float32 (the CPU has no TF32); ``precision`` is that of W_hh's gradient, which XLA computes."""
+    ys, h, c, _, _ = _forward(gates_x, w_hh, h0, c0, lengths, train=False)
+    return ys, (h, c)
+
+
+def _lstm_recurrence_forward(gates_x, w_hh, h0, c0, lengths, precision):
+    ys, h, c, gates, c_after = _forward(gates_x, w_hh, h0, c0, lengths, train=True)
+    return (ys, (h, c)), (w_hh, h0, c0, lengths, ys, gates, c_after)
+
+
+def _lstm_recurrence_backward(precision, residuals, cotangents):
+    w_hh, h0, c0, lengths, ys, gates, c_after = residuals
+    dy, (dh, dc) = cotangents
+    like = lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype)  # noqa: E731
+    dz, dh0, dc0 = jax.ffi.ffi_call(TARGETS[1], (like(gates), like(h0), like(c0)))(
+        w_hh, gates, c_after, c0, lengths, dy, dh, dc)
+    # h before step t is y_{t-1} (or h0) wherever step t is real; elsewhere dz is 0, so what stands there adds 0.
+    h_before = jnp.concatenate([h0[None], ys[:-1]])
+    return dz, recurrence.weight_grad(dz, h_before, precision), dh0, dc0, None
+
+
+lstm_recurrence.defvjp(_lstm_recurrence_forward, _lstm_recurrence_backward)
+
+
+def _layer(gates_x: Array, w_hh: Array, h0: Array, c0: Array, lengths: Array | None, precision):
+    """:func:`lstm_recurrence` as :func:`jax_impl.recurrence.embedding_lstm_stack` calls a layer's recurrence."""
+    if lengths is None:
+        lengths = jnp.full(gates_x.shape[1], gates_x.shape[0], jnp.int32)
+    return lstm_recurrence(gates_x, w_hh, h0, c0, lengths.astype(jnp.int32), precision)
+
+
+def kernel_stack(table: Array, tokens: Array, weights: Sequence[LayerWeights], carry: Carry, lengths: Array | None,
+                 masks: Sequence[Array] | None, *, embed_fold: bool = True, precision=PRECISION) -> Carry:
+    """``nn.LSTM`` layer by layer with each recurrence on the kernel → each layer's final (h, c), each (B, H). table
+    (V, E); tokens (T, B) int32; ``lengths`` (B,) or None; ``masks``: None or L-1 (T, B, H) multipliers of the inputs
+    of layers 1..L-1; ``embed_fold``: layer 0's projection from the projected table, as in the fused stack."""
+    return recurrence.embedding_lstm_stack(table, tokens, weights, carry, lengths, masks, wavefront=False,
+                                           embed_fold=embed_fold, precision=precision, layer_recurrence=_layer)

@@ -1,0 +1,369 @@
+// Our own LSTM recurrence as XLA FFI handlers: one layer's recurrence per call, float32, PyTorch's gate order
+// (i, f, g, o) and layout. XLA computes everything around it: the input projection (and the embedding fold) before,
+// the weight gradients as GEMMs over all steps after.
+//
+//   forward:  gates_x (T, B, 4H) = x W_ih^T + b_ih + b_hh, w_hh (4H, H), h0 and c0 (B, H), lengths (B,) int32
+//             -> y (T, B, H), h_T and c_T (B, H); in training also, for the backward, the activated gates
+//             [sigmoid(i), sigmoid(f), tanh(g), sigmoid(o)] (T, B, 4H) and c after each step (T, B, H)
+//   backward: w_hh, those gates, c after each step, c0, lengths, dy (T, B, H), dh_T and dc_T (B, H)
+//             -> dz (T, B, 4H) the gradient of the gates' pre-activations (= d gates_x), dh0 and dc0 (B, H)
+// From step lengths[b] on, row b's carry stops changing and its output is 0 (pack_padded_sequence's semantics).
+//
+// How it runs: one team of threads per call, for the whole sequence. Thread k owns a contiguous range of hidden
+// units, so the gate math of a unit needs no other thread's results: each step it computes its units' four gate
+// columns by a GEMM against W_hh packed once per call (MKL's cblas_sgemm_pack / cblas_sgemm_compute, chosen by the
+// microbenchmark in benchmarks/PERFORMANCE.md; MKL is linked into the torch that is installed, which exports it),
+// then their gate math, vectorised. The threads meet at one barrier per step, where the next step's GEMM needs every
+// unit of h (forward) or every gate of dz (backward). The activations are SLEEF's 1-ulp exp and tanh (also from
+// torch) on AVX-512 and the C library's elsewhere: accurate float32 functions, no fast approximations.
+#include <immintrin.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <vector>
+
+#include "xla/ffi/api/ffi.h"
+
+namespace ffi = xla::ffi;
+
+extern "C" {
+// MKL's CBLAS, as libtorch_cpu exports it (no MKL headers ship with torch).
+size_t cblas_sgemm_pack_get_size(int identifier, int m, int n, int k);
+void cblas_sgemm_pack(int layout, int identifier, int trans, int m, int n, int k, float alpha, const float* src,
+                      int ld, float* dest);
+void cblas_sgemm_compute(int layout, int transa, int transb, int m, int n, int k, const float* a, int lda,
+                         const float* b, int ldb, float beta, float* c, int ldc);
+int MKL_Set_Num_Threads_Local(int threads);
+__m512 Sleef_expf16_u10(__m512 x);
+__m512 Sleef_tanhf16_u10(__m512 x);
+}
+
+namespace {
+
+constexpr int kRowMajor = 101, kNoTrans = 111, kTrans = 112, kPacked = 151, kBMatrix = 162;
+constexpr int kLanes = 16;  // float32 lanes of an AVX-512 register: units are dealt to threads in such blocks
+
+struct Dims {
+  int64_t t, b, h;
+};
+
+// The units [begin, end) of thread k of n: blocks of kLanes units dealt as evenly as they go.
+struct Units {
+  int64_t begin, end;
+  int64_t size() const { return end - begin; }
+};
+
+Units units_of(int k, int n, int64_t hidden) {
+  const int64_t blocks = (hidden + kLanes - 1) / kLanes;
+  return {std::min(hidden, blocks * k / n * kLanes), std::min(hidden, blocks * (k + 1) / n * kLanes)};
+}
+
+// The team: as many threads as OpenMP offers (OMP_NUM_THREADS, else the cores), but no more than the unit blocks.
+int team_size(int64_t hidden) {
+  return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(omp_get_max_threads(), (hidden + kLanes - 1) / kLanes)));
+}
+
+struct AlignedFree {
+  void operator()(float* p) const { std::free(p); }
+};
+using Floats = std::unique_ptr<float[], AlignedFree>;
+
+Floats floats(size_t count) {
+  const size_t bytes = ((std::max<size_t>(count, 1) * sizeof(float) + 63) / 64) * 64;
+  return Floats(static_cast<float*>(std::aligned_alloc(64, bytes)));
+}
+
+// Whether the gate math runs on AVX-512: where the CPU has it, unless a test asked for the scalar path.
+std::atomic<bool> vectorised{__builtin_cpu_supports("avx512f") != 0};
+
+// ------------------------------------------------------------------------------------------- the gate math
+// Each function handles units [0, n) of one row; pointers are offset to the thread's first unit. The AVX-512 and
+// scalar versions compute the same expressions in the same order (so they differ only by the functions' rounding).
+
+inline float sigmoid(float z) { return 1.0f / (1.0f + std::exp(-z)); }
+
+// Forward, one row: z = pre (the GEMM's four gate blocks of n, stride n) + gx (stride H) -> a (stride H), c in place,
+// h.
+void cell_scalar(int64_t n, int64_t hidden, const float* pre, const float* gx, float* a, float* c, float* h) {
+  for (int64_t j = 0; j < n; ++j) {
+    const float i = sigmoid(pre[j] + gx[j]), f = sigmoid(pre[n + j] + gx[hidden + j]);
+    const float g = std::tanh(pre[2 * n + j] + gx[2 * hidden + j]), o = sigmoid(pre[3 * n + j] + gx[3 * hidden + j]);
+    const float c_new = f * c[j] + i * g;
+    a[j] = i, a[hidden + j] = f, a[2 * hidden + j] = g, a[3 * hidden + j] = o;
+    c[j] = c_new;
+    h[j] = o * std::tanh(c_new);
+  }
+}
+
+// Compiled for AVX-512 (lambdas included), called only where the CPU has it.
+#pragma GCC push_options
+#pragma GCC target("avx512f")
+
+inline __m512 sigmoid16(__m512 z) {
+  const __m512 one = _mm512_set1_ps(1.0f);
+  return _mm512_div_ps(one, _mm512_add_ps(one, Sleef_expf16_u10(_mm512_sub_ps(_mm512_setzero_ps(), z))));
+}
+
+void cell_avx512(int64_t n, int64_t hidden, const float* pre, const float* gx, float* a, float* c, float* h) {
+  for (int64_t j = 0; j < n; j += kLanes) {
+    const __mmask16 m = n - j >= kLanes ? 0xFFFF : static_cast<__mmask16>((1u << (n - j)) - 1);
+    auto load = [m](const float* p) { return _mm512_maskz_loadu_ps(m, p); };
+    const __m512 i = sigmoid16(_mm512_add_ps(load(pre + j), load(gx + j)));
+    const __m512 f = sigmoid16(_mm512_add_ps(load(pre + n + j), load(gx + hidden + j)));
+    const __m512 g = Sleef_tanhf16_u10(_mm512_add_ps(load(pre + 2 * n + j), load(gx + 2 * hidden + j)));
+    const __m512 o = sigmoid16(_mm512_add_ps(load(pre + 3 * n + j), load(gx + 3 * hidden + j)));
+    const __m512 c_new = _mm512_add_ps(_mm512_mul_ps(f, load(c + j)), _mm512_mul_ps(i, g));
+    _mm512_mask_storeu_ps(a + j, m, i);
+    _mm512_mask_storeu_ps(a + hidden + j, m, f);
+    _mm512_mask_storeu_ps(a + 2 * hidden + j, m, g);
+    _mm512_mask_storeu_ps(a + 3 * hidden + j, m, o);
+    _mm512_mask_storeu_ps(c + j, m, c_new);
+    _mm512_mask_storeu_ps(h + j, m, _mm512_mul_ps(o, Sleef_tanhf16_u10(c_new)));
+  }
+}
+
+// Backward, one row: the step's gates a (stride H), c before and after it, dh (the step's total) and dc in place
+// (dc_t in, dc_{t-1} out) -> dz (stride H).
+void cell_backward_scalar(int64_t n, int64_t hidden, const float* a, const float* c_prev, const float* c,
+                          const float* dh, float* dc, float* dz) {
+  for (int64_t j = 0; j < n; ++j) {
+    const float i = a[j], f = a[hidden + j], g = a[2 * hidden + j], o = a[3 * hidden + j];
+    const float tanh_c = std::tanh(c[j]);
+    const float dc_total = dc[j] + dh[j] * o * (1 - tanh_c * tanh_c);
+    dz[j] = dc_total * g * (i * (1 - i));
+    dz[hidden + j] = dc_total * c_prev[j] * (f * (1 - f));
+    dz[2 * hidden + j] = dc_total * i * (1 - g * g);
+    dz[3 * hidden + j] = dh[j] * tanh_c * (o * (1 - o));
+    dc[j] = dc_total * f;
+  }
+}
+
+void cell_backward_avx512(int64_t n, int64_t hidden, const float* a, const float* c_prev, const float* c,
+                          const float* dh, float* dc, float* dz) {
+  const __m512 one = _mm512_set1_ps(1.0f);
+  auto mul = [](__m512 x, __m512 y) { return _mm512_mul_ps(x, y); };
+  auto one_minus = [one](__m512 x) { return _mm512_sub_ps(one, x); };
+  for (int64_t j = 0; j < n; j += kLanes) {
+    const __mmask16 m = n - j >= kLanes ? 0xFFFF : static_cast<__mmask16>((1u << (n - j)) - 1);
+    auto load = [m](const float* p) { return _mm512_maskz_loadu_ps(m, p); };
+    const __m512 i = load(a + j), f = load(a + hidden + j), g = load(a + 2 * hidden + j),
+                 o = load(a + 3 * hidden + j), d_h = load(dh + j);
+    const __m512 tanh_c = Sleef_tanhf16_u10(load(c + j));
+    const __m512 dc_total = _mm512_add_ps(load(dc + j), mul(mul(d_h, o), one_minus(mul(tanh_c, tanh_c))));
+    _mm512_mask_storeu_ps(dz + j, m, mul(mul(dc_total, g), mul(i, one_minus(i))));
+    _mm512_mask_storeu_ps(dz + hidden + j, m, mul(mul(dc_total, load(c_prev + j)), mul(f, one_minus(f))));
+    _mm512_mask_storeu_ps(dz + 2 * hidden + j, m, mul(mul(dc_total, i), one_minus(mul(g, g))));
+    _mm512_mask_storeu_ps(dz + 3 * hidden + j, m, mul(mul(d_h, tanh_c), mul(o, one_minus(o))));
+    _mm512_mask_storeu_ps(dc + j, m, mul(dc_total, f));
+  }
+}
+
+#pragma GCC pop_options
+
+// Asks for the rows [begin, begin + n) of `blocks` blocks `stride` floats apart, in each of `rows` rows `row_stride`
+// apart, to be brought into the cache: issued before a step's GEMM, the loads of its gate math then hit the cache
+// (measured: without this, half the gate math's time is spent waiting for gates_x from memory).
+void prefetch(const float* begin, int64_t n, int64_t blocks, int64_t stride, int64_t rows, int64_t row_stride) {
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t g = 0; g < blocks; ++g)
+      for (int64_t j = 0; j < n; j += 64 / sizeof(float))
+        _mm_prefetch(reinterpret_cast<const char*>(begin + r * row_stride + g * stride + j), _MM_HINT_T1);
+}
+
+// ------------------------------------------------------------------------------------------- the team
+
+// Runs body(the units of thread k) for each thread k on a team of threads that computes under the caller's float rules (XLA's threads
+// flush denormals; OpenMP's workers must do the same for the result not to depend on which thread computed it), and
+// with MKL single-threaded inside (the team is the parallelism).
+template <typename Body>
+void on_team(int64_t hidden, Body body) {
+  const unsigned csr = _mm_getcsr();
+  const int n = team_size(hidden);
+#pragma omp parallel num_threads(n)
+  {
+    _mm_setcsr(csr);
+    MKL_Set_Num_Threads_Local(1);
+    body(units_of(omp_get_thread_num(), omp_get_num_threads(), hidden));
+  }
+}
+
+ffi::Error check_shapes(const Dims& d, ffi::Span<const int64_t> w_hh, int64_t lengths) {
+  if (w_hh.size() != 2 || w_hh[0] != 4 * d.h || w_hh[1] != d.h || lengths != d.b)
+    return ffi::Error::InvalidArgument("lstm_kernel: w_hh must be (4H, H) and lengths (B,) for gates (T, B, 4H)");
+  if (d.h * 4 > INT32_MAX / 2 || d.b > INT32_MAX / 2)
+    return ffi::Error::InvalidArgument("lstm_kernel: sizes beyond MKL's 32-bit dimensions");
+  return ffi::Error::Success();
+}
+
+ffi::Error Forward(ffi::BufferR3<ffi::F32> gates_x, ffi::BufferR2<ffi::F32> w_hh, ffi::BufferR2<ffi::F32> h0,
+                   ffi::BufferR2<ffi::F32> c0, ffi::BufferR1<ffi::S32> lengths, ffi::ResultBufferR3<ffi::F32> y,
+                   ffi::ResultBufferR2<ffi::F32> h_t, ffi::ResultBufferR2<ffi::F32> c_t,
+                   ffi::ResultBufferR3<ffi::F32> gates, ffi::ResultBufferR3<ffi::F32> c_after, bool train) {
+  const auto dims = gates_x.dimensions();
+  const Dims d{dims[0], dims[1], dims[2] / 4};
+  if (auto err = check_shapes(d, w_hh.dimensions(), lengths.element_count()); err.failure()) return err;
+  const float* gx = gates_x.typed_data();
+  const float* w = w_hh.typed_data();
+  const int32_t* len = lengths.typed_data();
+  float *ys = y->typed_data(), *a = gates->typed_data(), *cs = c_after->typed_data();
+  float* c = c_t->typed_data();
+  std::memcpy(c, c0.typed_data(), sizeof(float) * d.b * d.h);
+  // h ping-pongs between two buffers: step t's GEMM reads one while the threads write the other.
+  Floats h_buffers = floats(2 * d.b * d.h);
+  std::memcpy(h_buffers.get(), h0.typed_data(), sizeof(float) * d.b * d.h);
+  const bool vector = vectorised.load();
+  on_team(d.h, [&](Units u) {
+    const int64_t n = u.size();
+    Floats packed, pre = floats(d.b * 4 * n), rows = floats(4 * n * d.h), scratch_a = floats(4 * d.h);
+    if (n > 0) {  // B = W_hh's rows of this thread's units, gate by gate, transposed: (H, 4n)
+      for (int g = 0; g < 4; ++g) std::memcpy(rows.get() + g * n * d.h, w + (g * d.h + u.begin) * d.h,
+                                              sizeof(float) * n * d.h);
+      packed = floats(cblas_sgemm_pack_get_size(kBMatrix, d.b, 4 * n, d.h) / sizeof(float) + 1);
+      cblas_sgemm_pack(kRowMajor, kBMatrix, kTrans, d.b, 4 * n, d.h, 1.0f, rows.get(), d.h, packed.get());
+    }
+    for (int64_t t = 0; t < d.t; ++t) {
+      const float* h_prev = h_buffers.get() + (t % 2) * d.b * d.h;
+      float* h_next = h_buffers.get() + ((t + 1) % 2) * d.b * d.h;
+      if (n > 0) {
+        prefetch(gx + t * d.b * 4 * d.h + u.begin, n, 4, d.h, d.b, 4 * d.h);
+        cblas_sgemm_compute(kRowMajor, kNoTrans, kPacked, d.b, 4 * n, d.h, h_prev, d.h, packed.get(), 4 * n, 0.0f,
+                            pre.get(), 4 * n);
+        for (int64_t b = 0; b < d.b; ++b) {
+          const int64_t row = b * d.h + u.begin, step_row = t * d.b * d.h + row;
+          float* out = ys + step_row;
+          if (t < len[b]) {
+            float* a_row = train ? a + (t * d.b + b) * 4 * d.h + u.begin : scratch_a.get();
+            (vector ? cell_avx512 : cell_scalar)(n, d.h, pre.get() + b * 4 * n,
+                                                 gx + (t * d.b + b) * 4 * d.h + u.begin, a_row, c + row,
+                                                 h_next + row);
+            std::memcpy(out, h_next + row, sizeof(float) * n);
+          } else {  // past the row's last token: the carry stays, the output is 0, the gates are never read
+            std::memcpy(h_next + row, h_prev + row, sizeof(float) * n);
+            std::memset(out, 0, sizeof(float) * n);
+            if (train)
+              for (int g = 0; g < 4; ++g) std::memset(a + (t * d.b + b) * 4 * d.h + g * d.h + u.begin, 0,
+                                                      sizeof(float) * n);
+          }
+          if (train) std::memcpy(cs + step_row, c + row, sizeof(float) * n);
+        }
+      }
+#pragma omp barrier
+    }
+  });
+  std::memcpy(h_t->typed_data(), h_buffers.get() + (d.t % 2) * d.b * d.h, sizeof(float) * d.b * d.h);
+  return ffi::Error::Success();
+}
+
+ffi::Error Backward(ffi::BufferR2<ffi::F32> w_hh, ffi::BufferR3<ffi::F32> gates, ffi::BufferR3<ffi::F32> c_after,
+                    ffi::BufferR2<ffi::F32> c0, ffi::BufferR1<ffi::S32> lengths, ffi::BufferR3<ffi::F32> dy,
+                    ffi::BufferR2<ffi::F32> dh_t, ffi::BufferR2<ffi::F32> dc_t, ffi::ResultBufferR3<ffi::F32> dz,
+                    ffi::ResultBufferR2<ffi::F32> dh0, ffi::ResultBufferR2<ffi::F32> dc0) {
+  const auto dims = gates.dimensions();
+  const Dims d{dims[0], dims[1], dims[2] / 4};
+  if (auto err = check_shapes(d, w_hh.dimensions(), lengths.element_count()); err.failure()) return err;
+  const float *w = w_hh.typed_data(), *a = gates.typed_data(), *cs = c_after.typed_data();
+  const float *c_init = c0.typed_data(), *dys = dy.typed_data();
+  const int32_t* len = lengths.typed_data();
+  float *dzs = dz->typed_data(), *dh = dh0->typed_data(), *dc = dc0->typed_data();
+  std::memcpy(dh, dh_t.typed_data(), sizeof(float) * d.b * d.h);
+  std::memcpy(dc, dc_t.typed_data(), sizeof(float) * d.b * d.h);
+  Floats dh_step = floats(d.b * d.h);  // dh_t + dy_t: the step's total gradient of h
+  const bool vector = vectorised.load();
+  on_team(d.h, [&](Units u) {
+    const int64_t n = u.size();
+    Floats packed;
+    if (n > 0) {  // B = W_hh's columns of this thread's units: (4H, n)
+      packed = floats(cblas_sgemm_pack_get_size(kBMatrix, d.b, n, 4 * d.h) / sizeof(float) + 1);
+      cblas_sgemm_pack(kRowMajor, kBMatrix, kNoTrans, d.b, n, 4 * d.h, 1.0f, w + u.begin, d.h, packed.get());
+    }
+    for (int64_t t = d.t - 1; t >= 0; --t) {
+      for (int64_t b = 0; b < d.b && n > 0; ++b) {
+        const int64_t row = b * d.h + u.begin, step_row = t * d.b * d.h + row;
+        float* dz_row = dzs + (t * d.b + b) * 4 * d.h + u.begin;
+        float* total = dh_step.get() + row;
+        if (t < len[b]) {
+          for (int64_t j = 0; j < n; ++j) total[j] = dh[row + j] + dys[step_row + j];
+          const float* c_prev = t > 0 ? cs + step_row - d.b * d.h : c_init + row;
+          (vector ? cell_backward_avx512 : cell_backward_scalar)(n, d.h, a + (t * d.b + b) * 4 * d.h + u.begin,
+                                                                 c_prev, cs + step_row, total, dc + row, dz_row);
+        } else {  // no step: no gradient of its gates, dh and dc pass through
+          std::memcpy(total, dh + row, sizeof(float) * n);
+          for (int g = 0; g < 4; ++g) std::memset(dz_row + g * d.h, 0, sizeof(float) * n);
+        }
+      }
+#pragma omp barrier
+      if (n > 0) {  // dh_{t-1} of this thread's units = dz_t (B, 4H) . W_hh[:, units]
+        cblas_sgemm_compute(kRowMajor, kNoTrans, kPacked, d.b, n, 4 * d.h, dzs + t * d.b * 4 * d.h, 4 * d.h,
+                            packed.get(), n, 0.0f, dh + u.begin, d.h);
+        for (int64_t b = 0; b < d.b; ++b)
+          if (t >= len[b]) std::memcpy(dh + b * d.h + u.begin, dh_step.get() + b * d.h + u.begin, sizeof(float) * n);
+      }
+    }
+  });
+  return ffi::Error::Success();
+}
+
+}  // namespace
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(lstm_kernel_forward, Forward,
+                              ffi::Ffi::Bind()
+                                  .Arg<ffi::BufferR3<ffi::F32>>()  // gates_x
+                                  .Arg<ffi::BufferR2<ffi::F32>>()  // w_hh
+                                  .Arg<ffi::BufferR2<ffi::F32>>()  // h0
+                                  .Arg<ffi::BufferR2<ffi::F32>>()  // c0
+                                  .Arg<ffi::BufferR1<ffi::S32>>()  // lengths
+                                  .Ret<ffi::BufferR3<ffi::F32>>()  // y
+                                  .Ret<ffi::BufferR2<ffi::F32>>()  // h_T
+                                  .Ret<ffi::BufferR2<ffi::F32>>()  // c_T
+                                  .Ret<ffi::BufferR3<ffi::F32>>()  // gates (training; else (0, 0, 0))
+                                  .Ret<ffi::BufferR3<ffi::F32>>()  // c after each step (training; else empty)
+                                  .Attr<bool>("train"));
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(lstm_kernel_backward, Backward,
+                              ffi::Ffi::Bind()
+                                  .Arg<ffi::BufferR2<ffi::F32>>()  // w_hh
+                                  .Arg<ffi::BufferR3<ffi::F32>>()  // gates
+                                  .Arg<ffi::BufferR3<ffi::F32>>()  // c after each step
+                                  .Arg<ffi::BufferR2<ffi::F32>>()  // c0
+                                  .Arg<ffi::BufferR1<ffi::S32>>()  // lengths
+                                  .Arg<ffi::BufferR3<ffi::F32>>()  // dy
+                                  .Arg<ffi::BufferR2<ffi::F32>>()  // dh_T
+                                  .Arg<ffi::BufferR2<ffi::F32>>()  // dc_T
+                                  .Ret<ffi::BufferR3<ffi::F32>>()  // dz
+                                  .Ret<ffi::BufferR2<ffi::F32>>()  // dh0
+                                  .Ret<ffi::BufferR2<ffi::F32>>());  // dc0
+
+// The fraction of a team's threads that flush a denormal product to zero when the caller does (FTZ and DAZ set
+// here, as XLA sets them on its threads) and the team's threads were first started by the caller without them.
+extern "C" double lstm_kernel_team_flush_fraction(int64_t hidden) {
+  const unsigned before = _mm_getcsr();
+#pragma omp parallel num_threads(team_size(hidden))
+  { volatile int started = omp_get_thread_num(); (void)started; }
+  _mm_setcsr(before | _MM_FLUSH_ZERO_ON | 0x0040 /* DAZ */);
+  std::atomic<int> flushed{0}, threads{0};
+  on_team(hidden, [&](Units) {
+    volatile float tiny = 1e-20f;
+    flushed += (tiny * tiny == 0.0f);
+    ++threads;
+  });
+  _mm_setcsr(before);
+  return static_cast<double>(flushed) / threads;
+}
+
+// The team's size for a layer of `hidden` units (for the bench's provenance).
+extern "C" int64_t lstm_kernel_threads(int64_t hidden) { return team_size(hidden); }
+
+// Whether the gate math runs on AVX-512 (SLEEF) rather than the C library's scalar functions.
+extern "C" int64_t lstm_kernel_vectorised() { return vectorised.load(); }
+
+// Runs the gate math on the scalar path from now on (on = 0), or back on AVX-512 where the CPU has it (on = 1), so
+// that the scalar path is tested on CPUs with AVX-512 too; returns the previous setting.
+extern "C" int64_t lstm_kernel_set_vectorised(int64_t on) {
+  return vectorised.exchange(on != 0 && __builtin_cpu_supports("avx512f"));
+}

@@ -1,0 +1,148 @@
+"""Our recurrence kernel (``--lstm-impl kernel``): through XLA's FFI it computes what the project's reference, Flax
+``nn.RNN`` over PyTorch's cell, computes, values and gradients, with and without sequence lengths; on any split of the
+hidden units over its threads, on AVX-512 and on the scalar path; deterministically; flushing denormals on every
+thread as XLA does; and what it cannot compute is refused in one line. Skipped, saying why, where the native library
+was not built."""
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import subprocess
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from common.errors import UnsupportedError
+from jax_impl import kernel, native, recurrence
+from jax_impl.model import resolve_lstm_impl
+from jax_impl.tests.test_recurrence import LENGTHS, _assert_close, _stack_args, _stack_loss, reference_stack
+
+needs_library = pytest.mark.skipif(native.unavailable(kernel.NAME) is not None,
+                                   reason=str(native.unavailable(kernel.NAME)))
+# The kernel's GEMM and SLEEF's functions against XLA's: the same float32 function rounded differently, a few ulps
+# of each array's scale (as the fused stack against the reference, test_recurrence).
+REL_TOL = 2e-5
+HIGHEST = jax.lax.Precision.HIGHEST
+
+
+@needs_library
+@pytest.mark.parametrize("layers", [1, 2, 3])
+@pytest.mark.parametrize("with_lengths", [False, True], ids=["full", "lengths"])
+def test_final_carries_and_gradients_equal_jax_grad_of_the_reference(layers, with_lengths):
+    table, tokens, weights, carries, masks = _stack_args(0, jnp.float32, layers)
+    lengths = jnp.asarray(LENGTHS) if with_lengths else None
+    loss = _stack_loss(kernel.kernel_stack, 0, jnp.float32, tokens, lengths, masks or None, layers)
+    reference = _stack_loss(reference_stack, 0, jnp.float32, tokens, lengths, masks or None, layers)
+    (value, finals), grads = jax.jit(jax.value_and_grad(loss, argnums=(0, 1, 2), has_aux=True))(
+        table, weights, carries)
+    (value_r, finals_r), grads_r = jax.value_and_grad(reference, argnums=(0, 1, 2), has_aux=True)(
+        table, weights, carries)
+    _assert_close(finals, finals_r, REL_TOL)
+    _assert_close(grads, grads_r, REL_TOL)
+    assert abs(float(value) - float(value_r)) <= REL_TOL * abs(float(value_r))
+
+
+def _recurrence_args(hidden: int, steps: int = 9, batch: int = 5, scale: float = 1.0):
+    """gates_x (T, B, 4H), w_hh (4H, H), h0, c0 (B, H) of a layer, lengths (B,) with a full, an empty and a middle
+    row, and a fixed cotangent of each output."""
+    rng = np.random.default_rng(hidden)
+    f32 = lambda *shape: jnp.asarray(rng.standard_normal(shape), jnp.float32)  # noqa: E731
+    args = (f32(steps, batch, 4 * hidden), scale * f32(4 * hidden, hidden) / np.sqrt(hidden), f32(batch, hidden),
+            f32(batch, hidden))
+    lengths = jnp.asarray([steps, 0, 4, steps, 1][:batch], jnp.int32)
+    return args, lengths, (f32(steps, batch, hidden), f32(batch, hidden), f32(batch, hidden))
+
+
+def _outputs_and_gradients(layer, args, cotangents):
+    """A layer's (outputs, (h_T, c_T)) and the gradients of Σ cotangent · output by its 4 float arguments."""
+    def loss(*a):
+        ys, (h, c) = layer(*a)
+        return sum(jnp.sum(w * v) for w, v in zip(cotangents, (ys, h, c))), (ys, h, c)
+    (_, outputs), grads = jax.jit(jax.value_and_grad(loss, argnums=(0, 1, 2, 3), has_aux=True))(*args)
+    return outputs, grads
+
+
+@needs_library
+@pytest.mark.parametrize("hidden", [1, 16, 40, 70])
+def test_every_split_of_the_units_over_the_threads_computes_the_xla_recurrence(hidden):
+    # 40 units: blocks of 16, 16 and 8 over two threads; 70: a last block of 6 lanes; 1: one thread, one lane.
+    args, lengths, cotangents = _recurrence_args(hidden)
+    got = _outputs_and_gradients(lambda *a: kernel.lstm_recurrence(*a, lengths, HIGHEST), args, cotangents)
+    want = _outputs_and_gradients(lambda *a: recurrence.xla_recurrence(*a, lengths, HIGHEST), args, cotangents)
+    _assert_close(got, want, REL_TOL)
+
+
+@needs_library
+def test_the_scalar_gate_math_computes_what_the_vectorised_one_does():
+    # The C library's exp and tanh where AVX-512 is missing, SLEEF's where present: both accurate to about an ulp.
+    args, lengths, cotangents = _recurrence_args(40)
+    layer = lambda *a: kernel.lstm_recurrence(*a, lengths, HIGHEST)  # noqa: E731
+    vectorised = _outputs_and_gradients(layer, args, cotangents)
+    previous = kernel.library().lstm_kernel_set_vectorised(0)
+    try:
+        assert kernel.describe(40)["gate_math"] == "scalar, the C library's exp and tanh"
+        scalar = _outputs_and_gradients(jax.jit(layer), args, cotangents)
+    finally:
+        kernel.library().lstm_kernel_set_vectorised(previous)
+    _assert_close(scalar, vectorised, 1e-6)
+
+
+@needs_library
+def test_the_same_inputs_give_bit_identical_results():
+    args, lengths, cotangents = _recurrence_args(70)
+    layer = lambda *a: kernel.lstm_recurrence(*a, lengths, HIGHEST)  # noqa: E731
+    first, second = (jax.device_get(_outputs_and_gradients(layer, args, cotangents)) for _ in range(2))
+    assert all(np.array_equal(a, b) for a, b in zip(jax.tree_util.tree_leaves(first), jax.tree_util.tree_leaves(second)))
+
+
+@needs_library
+def test_every_thread_flushes_denormals_as_xla_does():
+    # W_hh of denormals (1e-39): XLA treats them as zero, so no gradient reaches h0 through them; a thread that kept
+    # them would give dh0 = dz · W_hh of about 1e-40 instead of exact zeros.
+    args, lengths, cotangents = _recurrence_args(70)
+    args = (args[0], jnp.full_like(args[1], 1e-39), *args[2:])
+    full = jnp.full_like(lengths, args[0].shape[0])
+    _, (_, _, dh0, _) = _outputs_and_gradients(lambda *a: kernel.lstm_recurrence(*a, full, HIGHEST), args,
+                                               cotangents)
+    _, (_, _, dh0_xla, _) = _outputs_and_gradients(lambda *a: recurrence.xla_recurrence(*a, None, HIGHEST), args,
+                                                   cotangents)
+    assert np.count_nonzero(dh0_xla) == np.count_nonzero(dh0) == 0
+
+
+@needs_library
+def test_every_thread_of_the_team_takes_the_callers_float_rules_however_it_was_started():
+    # Threads OpenMP started for a caller that kept denormals still flush when the caller flushes.
+    library = kernel.library()
+    library.lstm_kernel_team_flush_fraction.restype = ctypes.c_double
+    library.lstm_kernel_team_flush_fraction.argtypes = [ctypes.c_int64]
+    assert library.lstm_kernel_team_flush_fraction(256) == 1.0
+
+
+@needs_library
+def test_the_team_has_as_many_threads_as_openmp_offers_and_no_more_than_unit_blocks():
+    code = ("from jax_impl import kernel\n"
+            "print(kernel.describe(256)['kernel_threads'], kernel.describe(16)['kernel_threads'])\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "OMP_NUM_THREADS": "3"}).stdout.split()
+    assert out == ["3", "1"]
+
+
+@pytest.mark.parametrize("dtype,platform,refusal", [
+    ("float64", "cpu", r"^--lstm-impl kernel computes float32 only, not float64; use --lstm-impl scan or auto$"),
+    ("bfloat16", "cpu", r"^--lstm-impl kernel computes float32 only, not bfloat16; use --lstm-impl scan or auto$"),
+    ("float32", "gpu", r"^--lstm-impl kernel is a CPU kernel; this backend is gpu$"),
+])
+def test_what_the_kernel_cannot_compute_is_refused_in_one_line(dtype, platform, refusal):
+    with pytest.raises(UnsupportedError, match=refusal):
+        resolve_lstm_impl("kernel", dtype, platform)
+
+
+def test_a_kernel_that_was_not_built_is_refused_with_the_builds_reason(tmp_path, monkeypatch):
+    monkeypatch.setattr(native, "BUILD_DIR", tmp_path)
+    (tmp_path / "lstm_kernel.json").write_text(json.dumps({"built": False, "reason": "no g++ on PATH"}))
+    with pytest.raises(UnsupportedError, match=r"^the native lstm_kernel library is not available: no g\+\+ on PATH$"):
+        resolve_lstm_impl("kernel", "float32", "cpu")
