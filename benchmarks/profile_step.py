@@ -24,9 +24,7 @@ import jax  # noqa: E402
 
 from common.config import parse_config  # noqa: E402
 from common.errors import cli_main  # noqa: E402
-from common.data import prepare_data  # noqa: E402
-from common.loop import train_steps  # noqa: E402
-from common.params import init_params  # noqa: E402
+from common.loop import load_run, train_steps  # noqa: E402
 from jax_impl.train import twin_maker  # noqa: E402
 
 PROG = "python -m benchmarks.profile_step"
@@ -41,10 +39,9 @@ def main(argv: list[str]) -> int:
     ns, rest = own.parse_known_args(argv)
     steps = max(1, ns.steps)
     cfg = parse_config([*rest, "--no-progress"], PROG, __doc__.split("\n\n")[0])
-    data = prepare_data(cfg)
+    cfg, data, params = load_run(cfg)  # as jax_impl.train loads them
     with twin_maker(cfg) as make_twin, tempfile.TemporaryDirectory() as trace:
         twin = make_twin(cfg, len(data.vocab))
-        params = init_params(len(data.vocab), cfg.embed_dim, cfg.hidden_dim, cfg.layers, seed=cfg.seed)
         run = train_steps(twin, twin.init_state(params), data.train, cfg)
         for _ in itertools.islice(run, 3):  # compile and warm up
             pass

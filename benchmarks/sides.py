@@ -15,14 +15,13 @@ from common.config import Config
 
 
 class Clock:
-    """Seconds between successive :meth:`lap` calls, each read once ``wait(outputs)`` and ``sync()`` return."""
+    """Seconds between successive :meth:`lap` calls, each read once ``wait(outputs)`` returns."""
 
-    def __init__(self, sync: Callable[[], None], wait: Callable[[Any], Any] = lambda outputs: None):
-        self.sync, self.wait, self.last = sync, wait, time.perf_counter()
+    def __init__(self, wait: Callable[[Any], Any]):
+        self.wait, self.last = wait, time.perf_counter()
 
     def lap(self, *outputs) -> float:
         self.wait(outputs)
-        self.sync()
         previous, self.last = self.last, time.perf_counter()
         return self.last - previous
 
@@ -104,7 +103,7 @@ class TorchSide:
         """The twin's training step as its trainer runs it, from the step's public parts
         (:func:`torch_impl.step.train_step`'s ``forward``, ``backward`` and ``update``), a clock read after each
         (after a device sync): ``(state, carry, loss, seconds per part)``."""
-        step, clock = self.step_module, Clock(self.sync)
+        step, clock = self.step_module, Clock(lambda outputs: self.sync())
         loss, new_carry, finite = step.forward(state.model, carry, batch, twin.cfg)
         forward = clock.lap()
         step.backward(state.model, loss)
@@ -133,11 +132,7 @@ def lstm_op_dtypes(events) -> dict[str, list[str]]:
     dtypes of the floating-point tensors it received, in its innermost call (autocast calls an op again, on the cast
     inputs)."""
     def inside_lstm(e) -> bool:
-        while e is not None:
-            if e.name == "aten::lstm":
-                return True
-            e = e.cpu_parent
-        return False
+        return e is not None and (e.name == "aten::lstm" or inside_lstm(e.cpu_parent))
 
     out: dict[str, set[str]] = {}
     for e in events:
@@ -202,15 +197,14 @@ class JaxSide:
                           jax.jit(step.make_update(twin.cfg)))
         loss_of, grads_of, update = self.parts
         device_batch, key = step.batch_to_device(batch, twin.place.data), jax.random.fold_in(twin.key, state.step)
-        clock = Clock(self.sync, jax.block_until_ready)
+        clock = Clock(jax.block_until_ready)  # the device sync is the wait
         forward = clock.lap(loss_of(state.params, carry, device_batch, key))
         (loss, new_carry), grads = out = grads_of(state.params, carry, device_batch, key)
         backward = clock.lap(out) - forward
         state, carry, metrics = out = update(state, grads, loss, carry, new_carry)
-        optimizer = clock.lap(out)
+        parts = {"forward": forward, "backward": backward, "optimizer": clock.lap(out)}
         loss, finite = jax.device_get((metrics.loss, metrics.finite))
-        return state, carry, float(loss) if finite else math.nan, {"forward": forward, "backward": backward,
-                                                                   "optimizer": optimizer}
+        return state, carry, float(loss) if finite else math.nan, parts
 
     def info(self) -> dict:
         d = self.device

@@ -23,10 +23,8 @@ from benchmarks.processes import REPLY_TAG
 from benchmarks.sides import JaxSide, TorchSide, gemm_gflop_s
 from common.batches import batches
 from common.config import Config
-from common.data import prepare_data
 from common.errors import UnsupportedError, UserError
-from common.loop import train_steps
-from common.params import init_params
+from common.loop import load_run, train_steps
 
 
 class PartsTimed:
@@ -63,13 +61,12 @@ class Bench:
 
     def load(self, msg: dict) -> dict:
         """The data and the twin, nothing timed: the harness has every worker load at once."""
-        self.cfg = cfg = Config(**msg["config"])
-        self.data = prepare_data(cfg)
-        full = [b for b in batches(self.data.val, cfg.batch_size) if b.size == cfg.batch_size]  # one shape to time
-        self.eval = full or list(itertools.islice(batches(self.data.train, cfg.batch_size, shuffle_seed=0), 1))
-        self.params = init_params(len(self.data.vocab), cfg.embed_dim, cfg.hidden_dim, cfg.layers, seed=cfg.seed)
+        self.cfg, self.data, self.params = load_run(Config(**msg["config"]))  # as the trainers load them
+        cfg, data = self.cfg, self.data
+        full = [b for b in batches(data.val, cfg.batch_size) if b.size == cfg.batch_size]  # one shape to time
+        self.eval = full or list(itertools.islice(batches(data.train, cfg.batch_size, shuffle_seed=0), 1))
         self.twin, self.state, self.train = self.build(cfg)  # evaluation reads the latest state
-        self.first = next(batches(self.data.train, cfg.batch_size, shuffle_seed=cfg.seed))  # the shapes to compile for
+        self.first = next(batches(data.train, cfg.batch_size, shuffle_seed=cfg.seed))  # the shapes to compile for
         self.side.adopt(self.twin, cfg)
         self.evals = 0
         if msg.get("parts"):  # untimed and unreported, so done while the other workers load
@@ -85,8 +82,7 @@ class Bench:
             if kind == "parts":  # its functions were compiled while loading: the first step and warm-up
                 self.steps("parts", 1 + msg["warmup"])
                 continue
-            phase = self.side.compile(self.twin, self.state, "eval" if kind == "eval" else "train",
-                                      self.eval[0] if kind == "eval" else self.first)
+            phase = self.side.compile(self.twin, self.state, kind, self.eval[0] if kind == "eval" else self.first)
             hlo = phase.pop("hlo", None)
             phase["first_step_s"] = self.steps(kind, 1)[0]
             if cfg.torch_compile:
@@ -96,8 +92,7 @@ class Bench:
                                    "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}  # KiB
             if kind == "train":  # what ran the LSTM, read once it is warm, and the float rules it ran under
                 out["provenance"] = {**self.side.provenance(self, hlo), "precision": out["info"]["precision"],
-                                     "flush_denormal": self.twin.record["flush_denormal"],
-                                     **{k: self.twin.record[k] for k in ("lstm_kernel", "bfloat16")
+                                     **{k: self.twin.record[k] for k in ("flush_denormal", "lstm_kernel", "bfloat16")
                                         if k in self.twin.record}}  # what ran in bfloat16, by the twin's rules
                 if cfg.torch_compile and "dynamo:lstm" not in out["provenance"]["kernels"]:
                     return {**out, "not_applicable": out["provenance"]["dynamo"]["reason"]}
@@ -142,12 +137,11 @@ class Bench:
             return {"losses": self.parity(n, msg.get("dtype"))}
         if op == "gemm":
             device = self.side.info()["device"]
-            rates = {self.framework: {**self.side.gemm(n), "n": n, "device": device}}
+            rates = {self.framework: self.side.gemm(n)}
             if device == "cpu":  # numpy's BLAS as a third opinion of the CPU's peak
                 a, b = (np.random.default_rng(i).standard_normal((n, n), dtype=np.float32) for i in (0, 1))
-                rates["numpy"] = {"gflop_s": gemm_gflop_s(np.matmul, a, b), "precision": "float32", "n": n,
-                                  "device": "cpu"}
-            return {"gemm": rates}
+                rates["numpy"] = {"gflop_s": gemm_gflop_s(np.matmul, a, b), "precision": "float32"}
+            return {"gemm": {library: {**rate, "n": n, "device": device} for library, rate in rates.items()}}
         return {}  # quit
 
 
