@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import os
 import socket
-import statistics
 import sys
 import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from statistics import median
 
 from benchmarks.processes import Worker, cpu_seconds, others_load, usable_cpus, worker_environ
 from benchmarks.schema import EntryResult, Round, Session, Setup
@@ -108,30 +108,29 @@ def run(entries: list[Entry], plan: Plan, device: str, progress: bool = True) ->
     from tqdm import tqdm
 
     out = Session(entries={}, rounds={k: [] for k in plan.phases})
-    live: list[Member] = []
+    members: dict[str, Member] = {}  # every entry's, closed at the end whatever happens
+    live: list[Member] = []  # those set up
     with tempfile.TemporaryDirectory(prefix="bench-") as work, \
             tqdm(total=len(entries) + plan.rounds, unit="stage", file=sys.stderr, disable=not progress) as bar:
-        loading: dict[str, Member] = {}
         try:
             # Every worker starts and loads at once (imports, corpus, vocabulary, the part-timed step's functions:
             # nothing timed or reported); once all have loaded, compiling and everything timed runs one worker at a
             # time.
             bar.set_description("load")
             for e in entries:
-                loading[e.key] = Member(e, device, Path(work))
-                loading[e.key].send({"op": "load", "config": e.config, "threads": e.threads,
+                members[e.key] = Member(e, device, Path(work))
+                members[e.key].send({"op": "load", "config": e.config, "threads": e.threads,
                                      "parts": "parts" in plan.phases})
-            loaded = {key: member.receive() for key, member in loading.items()}
+            loaded = {key: member.receive() for key, member in members.items()}
             for e in entries:
                 bar.set_description(f"set up {e.label}")
                 refused = next((x for x in out.entries.values() if x.label == e.label and x.status in ("n/a",
                                                                                                   "skipped")), None)
-                member = loading.pop(e.key)
                 if refused:  # the variant does not apply here: its other replicates would say so again
-                    member.close()
+                    members[e.key].close()
                     out.entries[e.key] = EntryResult(e.label, e.replicate, refused.status, refused.error)
                 else:
-                    live += _set_up(e, member, loaded[e.key], plan, out.entries)
+                    live += _set_up(e, members[e.key], loaded[e.key], plan, out.entries)
                 bar.update()
             pids = [os.getpid(), *(w.proc.pid for m in live for w in m.workers)]
             for r in range(plan.rounds):
@@ -148,17 +147,16 @@ def run(entries: list[Entry], plan: Plan, device: str, progress: bool = True) ->
                             e.status, e.error = status, message
                         elif kind == "parts":  # each part's median over the round's steps
                             for part in reply["step_s"][0]:
-                                median = statistics.median(x[part] for x in reply["step_s"])
-                                e.round_s.setdefault(part, []).append(median)
+                                e.round_s.setdefault(part, []).append(median(x[part] for x in reply["step_s"]))
                         else:
-                            e.round_s[kind].append(statistics.median(reply["step_s"]))
+                            e.round_s[kind].append(median(reply["step_s"]))
                     load = others_load(before, cpu_seconds(pids), time.perf_counter() - start)
                     out.rounds[kind].append(Round([m.entry.key for m in order], load,
                                                   load is not None and load > 0.5 * usable_cpus()))
                 bar.update()
             _parity_and_peak([m for m in live if out.entries[m.entry.key].status == "ok"], plan, out)
         finally:
-            for m in [*live, *loading.values()]:
+            for m in members.values():
                 m.close()
     return out
 
@@ -168,13 +166,13 @@ def _set_up(e: Entry, member: Member, reply: dict, plan: Plan, entries: dict[str
     if outcome(reply)[0] == "ok":
         reply = member.request({"op": "setup", "warmup": plan.warmup, "phases": plan.phases})
     status, message = outcome(reply)
+    # n/a after set-up (Dynamo compiled nothing) keeps what was measured; refused before it, nothing was
+    setup = Setup(**{k: v for k, v in reply.items() if k != "not_applicable"}) if "vocab_size" in reply else None
     if status != "ok":
         member.close()
-        # n/a after set-up (Dynamo compiled nothing) keeps what was measured; refused before it, nothing was
-        setup = Setup(**{k: v for k, v in reply.items() if k != "not_applicable"}) if "vocab_size" in reply else None
         entries[e.key] = EntryResult(e.label, e.replicate, status, message, setup)
         return []
-    entries[e.key] = EntryResult(e.label, e.replicate, "ok", None, Setup(**reply),
+    entries[e.key] = EntryResult(e.label, e.replicate, "ok", None, setup,
                                  {k: [] for k in plan.phases if k != "parts"},
                                  {"train": 1 if e.few_steps else plan.steps, "eval": plan.eval_steps,
                                   "parts": plan.parts_steps})

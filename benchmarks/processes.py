@@ -71,10 +71,6 @@ def _kill(proc: subprocess.Popen) -> None:
     proc.wait()
 
 
-def _tail(path: Path, lines: int) -> str:
-    return " | ".join(path.read_text(encoding="utf-8", errors="replace").strip().splitlines()[-lines:])
-
-
 class Worker:
     """One persistent worker: ``send(msg)``, then ``receive(timeout_s)`` its reply (``{"error": ...}`` once dead;
     :func:`benchmarks.harness.outcome` reads any reply)."""
@@ -116,7 +112,8 @@ class Worker:
                 self.waiting = False
                 return reply
             self.proc.wait()
-            self.dead = f"worker exited with status {self.proc.returncode}: {_tail(self.log, 5)}"
+            last = self.log.read_text(encoding="utf-8", errors="replace").strip().splitlines()[-5:]  # its stderr's
+            self.dead = f"worker exited with status {self.proc.returncode}: {' | '.join(last)}"
         return {"error": self.dead}
 
     def close(self) -> None:
