@@ -66,9 +66,8 @@ def rows_for(session: Session, configs: dict[str, dict], sweep: dict | None, pea
         dloss = (parity or {}).get("max_abs_dloss", {}).get(name, 0.0 if name == BASELINE and parity else None)
         for kind in ("train", "eval"):
             phase, per_rep = setup.phases.get(kind, {}), [x.round_s.get(kind, []) for x in ran]
-            times = [t for r in per_rep for t in r]
             model = flops.step_flops(cfg, kind) / 1e9
-            step_s = spread(times)
+            step_s = spread([t for r in per_rep for t in r])
             median = step_s and step_s.median
             parts = {p: spread([t for x in ran for t in x.round_s.get(p, [])]) for p in PARTS}
             rows.append(Row(
@@ -81,7 +80,7 @@ def rows_for(session: Session, configs: dict[str, dict], sweep: dict | None, pea
                 flush_denormal=record.get("flush_denormal"), threads=info.get("threads"),
                 compile_s=phase.get("compile_s"), lower_s=phase.get("lower_s"), first_step_s=phase.get("first_step_s"),
                 step_s=step_s, parts=parts if kind == "train" and any(parts.values()) else None,
-                replicates=len(ran) if times else 0, rounds=min((len(r) for r in per_rep), default=0),
+                replicates=len(ran) if step_s else 0, rounds=min((len(r) for r in per_rep), default=0),
                 steps_per_round=e.steps_per_round.get(kind), round_s=per_rep,
                 samples_per_s=median and cfg.batch_size / median, model_gflop_per_step=model,
                 executed_gflop_per_step=flops.executed_step_flops(cfg, kind, setup.vocab_size, folds) / 1e9
@@ -179,10 +178,9 @@ def tier_sentences(rows: Sequence[Row], comparisons: Sequence[Comparison]) -> li
     ratio = {(c.variant, c.step): c for c in comparisons if c.sweep is None and c.variant in good}
 
     def speeds(name: str) -> str:
-        return " and ".join(f"{verb} at {ratio[name, kind].ratio:.2f}× [{ratio[name, kind].ci95[0]:.2f}–"
-                            f"{ratio[name, kind].ci95[1]:.2f}]" for kind, verb in (("train", "trains"),
-                                                                                  ("eval", "infers"))
-                            if (name, kind) in ratio) + f" the speed of {BASELINE}"
+        said = (("trains", ratio.get((name, "train"))), ("infers", ratio.get((name, "eval"))))
+        phrases = [f"{verb} at {c.ratio:.2f}× [{c.ci95[0]:.2f}–{c.ci95[1]:.2f}]" for verb, c in said if c]
+        return " and ".join(phrases) + f" the speed of {BASELINE}"
 
     out = []
     for key, headline in plan.HEADLINES.items():
