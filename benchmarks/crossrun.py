@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -81,11 +81,12 @@ def compare(a: dict, b: dict, names: Sequence[str], markdown: bool) -> str:
                      + [("- " if markdown else "") + h for h in head] + ["", body]) + "\n"
 
 
-def write_markdown(path: str | None, text: str) -> None:
-    """``text`` to ``path`` when one was given (``--out``)."""
+def emit(report: Callable[[bool], str], path: str | None) -> None:
+    """``report`` as text on stdout and, when ``--out`` gave a ``path``, as Markdown there."""
+    print(report(False), end="")
     if path:
         try:
-            Path(path).write_text(text, encoding="utf-8")
+            Path(path).write_text(report(True), encoding="utf-8")
         except OSError as err:
             raise ConfigError(f"--out {path}: cannot write ({err.strerror})") from None
 
@@ -103,8 +104,7 @@ def coverage_main(argv: list[str]) -> int:
         raise ConfigError(f"coverage: needs at least 3 runs, got {len(ns.runs)}")
     docs = [schema.read_run(x, "coverage") for x in ns.runs]
     docs = [rounds_only(d) for d in docs] if ns.rounds_only else docs
-    print(coverage(docs, ns.runs, markdown=False), end="")
-    write_markdown(ns.out, coverage(docs, ns.runs, markdown=True))
+    emit(lambda markdown: coverage(docs, ns.runs, markdown), ns.out)
     return 0
 
 
@@ -116,6 +116,5 @@ def compare_main(argv: list[str]) -> int:
     parser.add_argument("--out", default=None, help="also write the table as Markdown to this file")
     ns = parser.parse_args(argv)
     a, b = schema.read_run(ns.run_a), schema.read_run(ns.run_b)
-    print(compare(a, b, (ns.run_a, ns.run_b), markdown=False), end="")
-    write_markdown(ns.out, compare(a, b, (ns.run_a, ns.run_b), markdown=True))
+    emit(lambda markdown: compare(a, b, (ns.run_a, ns.run_b), markdown), ns.out)
     return 0

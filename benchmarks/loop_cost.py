@@ -171,16 +171,15 @@ def measure(rounds: int, b: int, t: int, h: int, d: int) -> dict:
 
 def render(doc: dict) -> str:
     s = doc["shape"]
-    lines = [f"One LSTM layer's forward at B {s['batch']}, T {s['steps']}, H {s['hidden']}, D {s['input']} (float32, "
-             f"{doc['rounds']} interleaved rounds; median ms [95% interval])", ""]
+    head = [f"One LSTM layer's forward at B {s['batch']}, T {s['steps']}, H {s['hidden']}, D {s['input']} (float32, "
+            f"{doc['rounds']} interleaved rounds; median ms [95% interval])", ""]
     width = max(map(len, [*doc["pieces"], *doc["differences"]]))
-    for name, p in doc["pieces"].items():
+    def line(name: str, p: dict) -> str:  # a figure: median [interval], and a piece's matmul rate
         rate = f"  {p['gflop_s']:.0f} GFLOP/s" if "gflop_s" in p else ""
-        lines.append(f"{name:<{width}}  {p['ms']:7.1f} [{p['ci95_ms'][0]:.1f}–{p['ci95_ms'][1]:.1f}]{rate}")
-    lines += ["", "differences, paired by round:"]
-    for name, p in doc["differences"].items():
-        lines.append(f"{name:<{width}}  {p['ms']:7.1f} [{p['ci95_ms'][0]:.1f}–{p['ci95_ms'][1]:.1f}]")
-    return "\n".join(lines)
+        return f"{name:<{width}}  {p['ms']:7.1f} [{p['ci95_ms'][0]:.1f}–{p['ci95_ms'][1]:.1f}]{rate}"
+
+    return "\n".join([*head, *(line(*x) for x in doc["pieces"].items()), "", "differences, paired by round:",
+                      *(line(*x) for x in doc["differences"].items())])
 
 
 @cli_main
