@@ -94,8 +94,7 @@ def build_parser() -> argparse.ArgumentParser:
 def base_config(ns: argparse.Namespace) -> Config:
     cfg = config_from_namespace(ns)
     if ns.quick:  # the tiny sizes replace any size left at its default
-        defaults = Config()
-        cfg = cfg.replace(**{k: v for k, v in plan.QUICK_CONFIG.items() if getattr(cfg, k) == getattr(defaults, k)})
+        cfg = cfg.replace(**{k: v for k, v in plan.QUICK_CONFIG.items() if getattr(cfg, k) == getattr(Config(), k)})
     if cfg.device == "tpu":
         raise ConfigError("--device: the benchmark runs on cpu or gpu (auto picks a GPU when both twins see one)")
     return cfg.replace(device="gpu" if cfg.device == "cuda" else cfg.device)
@@ -184,9 +183,9 @@ def speed_main(ns: argparse.Namespace, cfg: Config, s: dict, frameworks: list[st
     info = {e.label.split(":")[0]: e.setup.info for e in session.entries.values() if e.setup}
     environment.update({key: {k: i[key] for k, i in info.items()} for key in ("threads", "precision")},
                        devices={k: i["device_name"] for k, i in info.items()},
-                       xla_env=info.get("jax", {}).get("xla_env"))
+                       xla_env=info.get("jax", {}).get("xla_env"), load_average_end=processes.load_average(),
+                       run_wall_s=time.perf_counter() - start)
     results.add_efficiency(rows)
-    environment.update(load_average_end=processes.load_average(), run_wall_s=time.perf_counter() - start)
     run = schema.Run(
         schema.SCHEMA_VERSION, ["benchmarks/bench.py", *argv], environment,
         {**s, "frameworks": frameworks, "sweeps": [dataclasses.asdict(x) for x in s["sweeps"]]}, cfg.to_dict(),
@@ -217,8 +216,7 @@ def main(argv: list[str] | None = None) -> int:
         if not 0.0 < ns.target <= 1.0:
             raise ConfigError(f"--target is a validation accuracy in (0, 1], got {ns.target}")
         return convergence.main(cfg, frameworks, seeds, ns.target, output_dir(ns.out, ns.overwrite), ns.timeout,
-                                ns.quick,
-                                ["benchmarks/bench.py", *argv])
+                                ns.quick, ["benchmarks/bench.py", *argv])
     return speed_main(ns, cfg, s, frameworks, argv)
 
 

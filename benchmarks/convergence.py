@@ -18,7 +18,7 @@ from benchmarks.harness import outcome
 from benchmarks.render import convergence_tables, twin_name
 from common.batches import num_train_batches
 from common.config import Config
-from common.data import prepare_data
+from common.data import SPLITS, Dataset, prepare_data
 from common.errors import ConfigError
 from common.metrics import evaluations, read_metrics, training_steps
 
@@ -97,9 +97,7 @@ def aggregate(runs: Sequence[dict[str, Any]], twins: Sequence[str]) -> dict[str,
         ttt = [r["time_to_target_s"] for r in mine if r["time_to_target_s"] is not None]
         out[fw] = {"seeds": [r["seed"] for r in mine], "test_accuracy_mean": statistics.fmean(acc),
                    "test_accuracy_std": statistics.stdev(acc) if len(acc) > 1 else 0.0,
-                   "test_loss_mean": statistics.fmean(r["test_loss"] for r in mine),
-                   "train_s_mean": statistics.fmean(r["train_s"] for r in mine),
-                   "compile_s_mean": statistics.fmean(r["compile_s"] for r in mine),
+                   **{f"{k}_mean": statistics.fmean(r[k] for r in mine) for k in ("test_loss", "train_s", "compile_s")},
                    "time_to_target_s_mean": statistics.fmean(ttt) if ttt else None,
                    "val_accuracy_mean": statistics.fmean(r["epochs"][-1]["val_accuracy"] for r in mine)
                    if all(r.get("epochs") for r in mine) else None, "reached_target": f"{len(ttt)}/{len(mine)}"}
@@ -113,9 +111,9 @@ def aggregate(runs: Sequence[dict[str, Any]], twins: Sequence[str]) -> dict[str,
     return out
 
 
-def classical_baselines(cfg: Config) -> list[dict[str, Any]]:
-    """TF-IDF character 1–2-gram logistic regression and multinomial naive Bayes on the same split (needs the
-    optional scikit-learn; an empty list without it)."""
+def classical_baselines(data: Dataset) -> list[dict[str, Any]]:
+    """TF-IDF character 1–2-gram logistic regression and multinomial naive Bayes on ``data``, the twins' split (needs
+    the optional scikit-learn; an empty list without it)."""
     try:
         from sklearn.feature_extraction.text import TfidfVectorizer
         from sklearn.linear_model import LogisticRegression
@@ -123,7 +121,7 @@ def classical_baselines(cfg: Config) -> list[dict[str, Any]]:
     except ImportError:
         print("note: scikit-learn not installed: no classical baselines (pip install '.[baselines]')", file=sys.stderr)
         return []
-    data, rows = prepare_data(cfg), []
+    rows = []
     vectorizer = TfidfVectorizer(analyzer="char", ngram_range=(1, 2), min_df=2, sublinear_tf=True)
     x = {"train": vectorizer.fit_transform(data.train.texts), "val": vectorizer.transform(data.val.texts),
          "test": vectorizer.transform(data.test.texts)}
@@ -142,11 +140,9 @@ def quick_corpus(cfg: Config, out: Path) -> Config:
     from common.corpus import load_corpus
     texts, labels = load_corpus(cfg.data, cfg.pos, cfg.neg, cfg.text_column, cfg.label_column)
     keep = np.random.default_rng(0).permutation(len(texts))[:QUICK_MAX_TEXTS]
+    lines = [" ".join(texts[i].split()) + f"\t{labels[i]}\n" for i in sorted(keep)]  # one per text, no tabs inside
     path = out / "quick-corpus.tsv"
-    with open(path, "w", encoding="utf-8") as f:
-        f.write("text\tlabel\n")
-        for i in sorted(keep):
-            f.write(" ".join(texts[i].split()) + f"\t{labels[i]}\n")  # one line per text, no tabs inside
+    path.write_text("text\tlabel\n" + "".join(lines), encoding="utf-8")
     return cfg.replace(data=str(path), pos=None, neg=None, text_column="text", label_column="label")
 
 
@@ -164,10 +160,9 @@ def main(cfg: Config, frameworks: Sequence[str], seeds: Sequence[int], target: f
     runs = [summarise_run(run_twin(fw, cfg.replace(dtype=d), seed, out, timeout_s), steps_per_epoch, target)
             for seed, fw, d in pairs]
     doc = {"mode": "convergence", "config": cfg.to_dict(), "seeds": list(seeds), "frameworks": list(frameworks),
-           "dtypes": dtypes, "twins": twins,
-           "target": target, "steps_per_epoch": steps_per_epoch, "eval_every": cfg.log_every,
-           "split_sizes": {"train": len(data.train), "val": len(data.val), "test": len(data.test)},
-           "runs": runs, "summary": aggregate(runs, twins), "baselines": classical_baselines(cfg),
+           "dtypes": dtypes, "twins": twins, "target": target, "steps_per_epoch": steps_per_epoch,
+           "eval_every": cfg.log_every, "split_sizes": {split: len(getattr(data, split)) for split in SPLITS},
+           "runs": runs, "summary": aggregate(runs, twins), "baselines": classical_baselines(data),
            "environment": processes.environment(), "command": command, "run_wall_s": time.perf_counter() - start}
     schema.write_json(doc, out / "results.json")
     plots.convergence_curves(doc, out / "convergence.png")

@@ -12,11 +12,9 @@ from common.errors import ConfigError
 
 FRAMEWORKS = ("torch", "jax")
 BOTH = ("cpu", "gpu")
+GPU = ("gpu",)
 BASELINE = "torch:eager"  # every comparison's denominator: PyTorch's nn.LSTM, flushed like XLA
 BOOLS = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}
-
-
-GPU = ("gpu",)
 # The tiers a row belongs to, in the report's order.
 TIERS = {"stock": "the framework's standard modules, differentiated by the framework",
          "tuned": "our hand-written recurrence (custom VJP), the same function",
@@ -111,11 +109,8 @@ def comma_list(spec: str) -> list[str]:
 
 def select_variants(spec: str, frameworks: Sequence[str], device: str = "cpu") -> list[Variant]:
     """``'default'`` (for ``device``), ``'all'``, or a comma list of ``framework:name`` or bare names."""
-    available = [v for v in VARIANTS if v.framework in frameworks]
-    if spec == "default":
-        return [v for v in available if device in v.default_on]
-    if spec == "all":
-        return available
+    if spec in ("default", "all"):
+        return [v for v in VARIANTS if v.framework in frameworks and (spec == "all" or device in v.default_on)]
     chosen: list[Variant] = []
     for item in comma_list(spec):
         matches = [v for v in VARIANTS if item in (v.label, v.name)]

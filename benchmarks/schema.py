@@ -42,8 +42,7 @@ class EntryResult:
     status: str  # ok | skipped (a user error: the variant does not apply here) | n/a (see error) | failed | timeout
     error: str | None = None
     setup: Setup | None = None
-    # Per step kind (train, eval) and per part of the training step (forward, backward, optimizer): each round's
-    # median, s.
+    # Per step kind (train, eval) and part of the training step (forward, backward, optimizer): each round's median, s.
     round_s: dict[str, list[float]] = field(default_factory=dict)
     steps_per_round: dict[str, int] = field(default_factory=dict)
 
