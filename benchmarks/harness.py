@@ -114,8 +114,7 @@ def run(entries: list[Entry], plan: Plan, device: str, progress: bool = True) ->
             tqdm(total=len(entries) + plan.rounds, unit="stage", file=sys.stderr, disable=not progress) as bar:
         try:
             # Every worker starts and loads at once (imports, corpus, vocabulary, the part-timed step's functions:
-            # nothing timed or reported); once all have loaded, compiling and everything timed runs one worker at a
-            # time.
+            # nothing timed or reported); once all have loaded, compiling and all timing run one worker at a time.
             bar.set_description("load")
             for e in entries:
                 members[e.key] = Member(e, device, Path(work))

@@ -6,7 +6,7 @@ Every worker gets a session of its own, so a timeout or Ctrl-C ends it and whate
 """
 from __future__ import annotations
 
-from importlib import metadata
+import contextlib
 import json
 import os
 import platform
@@ -17,6 +17,7 @@ import sys
 import tempfile
 import threading
 from datetime import datetime, timezone
+from importlib import metadata
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -64,10 +65,8 @@ def worker_environ(threads: int, device: str, cache_dir: str, extra: dict | None
 
 
 def _kill(proc: subprocess.Popen) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
     proc.wait()
 
 
@@ -94,11 +93,8 @@ class Worker:
 
     def send(self, msg: dict) -> None:
         self.waiting = True
-        try:
-            self.proc.stdin.write(json.dumps(msg) + "\n")
-            self.proc.stdin.flush()
-        except OSError:
-            pass  # it died: receive() says how
+        with contextlib.suppress(OSError):  # it died: receive() says how
+            print(json.dumps(msg), file=self.proc.stdin, flush=True)
 
     def receive(self, timeout_s: float) -> dict:
         if self.dead is None:
@@ -138,11 +134,8 @@ def cpu_seconds(pids: list[int]) -> tuple[float, float] | None:
         return None
     own = 0
     for pid in pids:
-        try:
-            with open(f"/proc/{pid}/stat", encoding="ascii") as f:
-                own += sum(int(x) for x in f.read().rsplit(")", 1)[1].split()[11:13])  # utime, stime
-        except OSError:  # gone
-            pass
+        with contextlib.suppress(OSError), open(f"/proc/{pid}/stat", encoding="ascii") as f:  # OSError: gone
+            own += sum(int(x) for x in f.read().rsplit(")", 1)[1].split()[11:13])  # utime, stime
     return (sum(ticks) - ticks[3] - ticks[4]) / TICKS, own / TICKS
 
 

@@ -163,8 +163,7 @@ def main(framework: str) -> int:
             except Exception as err:  # a variant that fails is a result, not a crash
                 first = (str(err).strip().splitlines() or [""])[0]
                 reply = {"error": f"{type(err).__name__}: {first}", "traceback": traceback.format_exc()[-3000:]}
-            replies.write(REPLY_TAG + json.dumps(reply) + "\n")
-            replies.flush()
+            print(REPLY_TAG + json.dumps(reply), file=replies, flush=True)
             if msg["op"] == "quit":
                 break
     return 0
