@@ -10,8 +10,6 @@
 Each variant runs in a worker of its own, timing the trainers' own steps on real batches, in paired rounds; every
 ratio against torch:eager has a 95% bootstrap interval. Writes results.json, results.md and PNG charts to --out.
 """
-from __future__ import annotations
-
 import argparse
 import dataclasses
 import importlib.util

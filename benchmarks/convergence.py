@@ -3,8 +3,6 @@ twin) pair is one real run of the twin's trainer, from the same initial weights 
 on; its metrics give the learning curves, time-to-accuracy, and the test scores of the best-validation weights.
 Under ``--dtype bfloat16`` each twin also trains in float32 from the same weights, batches and dropout draws, and the
 report sets each twin's bfloat16 accuracy beside its float32 one."""
-from __future__ import annotations
-
 import statistics
 import sys
 import tempfile

@@ -2,8 +2,6 @@
 ``bench.py compare`` sets two runs side by side, row by row, and ``bench.py coverage`` measures how often each run's
 95% intervals hold the other runs' median ratio (``--rounds-only``: with the intervals recomputed without resampling
 the worker processes, for comparison)."""
-from __future__ import annotations
-
 import json
 from pathlib import Path
 from typing import Callable, Sequence

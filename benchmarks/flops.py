@@ -10,7 +10,6 @@ as MFU uses it. What a variant *executes* can be less: the JAX fused stack with 
 layer 0's input projection as ``(table W_ihᵀ + b)[tokens]``, a (V, E)·(E, 4H) product instead of (T·B, E)·(E, 4H)
 whenever V < T·B. Not counted: gate nonlinearities, bias additions, the gather, loss, clipping and Adam.
 """
-from __future__ import annotations
 
 
 def forward_matmul_flops(batch_size: int, seq_len: int, embed_dim: int, hidden_dim: int, layers: int) -> int:

@@ -8,8 +8,6 @@ the median of its steps there. Each round records the load from other processes 
 cores). Every reply, from set-up to the GEMM peak (and convergence mode's whole trainings), is read by
 :func:`outcome`.
 """
-from __future__ import annotations
-
 import os
 import socket
 import sys

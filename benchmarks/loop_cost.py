@@ -16,8 +16,6 @@ XLA pieces (each jitted; T steps of a ``lax.scan`` unless said):
 PyTorch pieces (eager): ``dots`` (the same chain of ``torch.mm``), ``nn.LSTM`` (oneDNN, the input projection
 included) and ``projection`` (that input projection alone: one (T·B, D)·(D, 4H) GEMM).
 """
-from __future__ import annotations
-
 import json
 import sys
 import time

@@ -1,8 +1,6 @@
 """What a benchmark run measures: the variants (each a set of Config fields: exactly what a trainer can be asked to
 run), their tiers and the headline comparisons they take part in, the sweeps of one Config field, and the quick
 configuration."""
-from __future__ import annotations
-
 import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Sequence

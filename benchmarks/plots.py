@@ -1,6 +1,4 @@
 """PNG charts of a results document (matplotlib's Agg backend: no display needed)."""
-from __future__ import annotations
-
 from pathlib import Path
 
 import matplotlib

@@ -4,8 +4,6 @@ what the machine gives them: the usable CPUs, the load from *other* processes, t
 
 Every worker gets a session of its own, so a timeout or Ctrl-C ends it and whatever it started.
 """
-from __future__ import annotations
-
 import contextlib
 import json
 import os

@@ -1,8 +1,6 @@
 """The reports, from a results document as ``results.json`` holds it: a speed run's (the main table by tier, the
 headline sentences, notes, the parts table, parity and method, the environment, one table per sweep, the variants) as
 text for stdout or Markdown for results.md, and convergence mode's tables in Markdown."""
-from __future__ import annotations
-
 from typing import Sequence
 
 import numpy as np

@@ -4,8 +4,6 @@ warnings, the scaling efficiency, and the headline sentences that open the repor
 :data:`benchmarks.plan.VARIANTS` and :data:`benchmarks.plan.HEADLINES`). A row's time per step is the median over
 every replicate's rounds of the per-round medians; a comparison's ratio and interval are :func:`stats.paired_ratio`'s.
 """
-from __future__ import annotations
-
 from types import SimpleNamespace
 from typing import Sequence
 

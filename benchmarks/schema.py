@@ -3,8 +3,6 @@
 says what it holds and in which unit. ``results.json`` is ``dataclasses.asdict(Run)``; ``compare`` reads it back
 through :func:`read_run`, which refuses another schema version or a malformed row in one line.
 """
-from __future__ import annotations
-
 import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path

@@ -1,8 +1,6 @@
 """Each framework's side of a benchmark worker: what timing a twin needs beyond the Twin protocol (threads, the device
 sync, ahead-of-time compilation, the training step timed part by part, the GEMM rate) and what ran it (provenance:
 the LSTM ops PyTorch's profiler saw, or what XLA's compiled step holds)."""
-from __future__ import annotations
-
 import math
 import os
 import re

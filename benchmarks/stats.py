@@ -5,8 +5,6 @@ A variant runs in several worker processes (replicates) whose rounds interleave 
 the median over rounds of baseline / variant, each side the mean of its replicates in that round (above 1: the
 variant is faster); its interval comes from a two-level bootstrap: each side's replicates resampled, then the rounds,
 so that it covers the spread between worker processes as well as the spread between rounds."""
-from __future__ import annotations
-
 from typing import Sequence
 
 import numpy as np

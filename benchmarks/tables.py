@@ -1,8 +1,6 @@
 """What every report of the bench is made of: one value of a results document as a table cell (a time, a ratio with
 its interval, a row's kernel or parity) and a table of cells, as aligned text (stdout) or Markdown. The cells read the
 document as ``results.json`` holds it (dicts), so that a report can be rebuilt from any saved run."""
-from __future__ import annotations
-
 from typing import Any, Sequence
 
 from benchmarks.plan import BASELINE

@@ -6,8 +6,6 @@ steps of one kind), ``parity`` (losses with dropout 0), ``gemm`` (the float32 ma
 mode: the trainer's whole run), ``quit``. The steps are the twins' own ``train_step`` and ``eval_step``, each ending
 in the host sync the trainers do, on the real batches.
 """
-from __future__ import annotations
-
 import itertools
 import json
 import os
