@@ -2,9 +2,11 @@
 per layer and direction of the pass, everything else in XLA.
 
 Each layer's input projection stays in XLA (:func:`jax_impl.recurrence.embedding_lstm_stack` computes it, layer 0's
-through the embedding fold), and so do the weight gradients, as GEMMs over all steps. The kernel runs what XLA's loop
-runs slowly: the recurrence, each step's ``(B, H)·(H, 4H)`` product on W_hh packed once per call (MKL's packed
-GEMM) and the gate math vectorised in the same pass, on a team of threads that each own a range of hidden units.
+through the embedding fold), and so do its gradients. The kernel runs the recurrence: each step's ``(B, H)·(H, 4H)``
+product on W_hh packed once per call (MKL's packed GEMM) and the gate math vectorised in the same pass, on a team of
+threads that each own a range of hidden units; in the backward also W_hh's gradient, as GEMMs over all steps. On the
+embedding fold's path it reads layer 0's input gates from the projected table itself, and adds their gradient into
+it, where XLA would gather (T, B, 4H) and scatter it back.
 Forward and backward are one ``jax.custom_vjp``: the forward call keeps the activated gates and the cell states for
 the backward one where a gradient is taken. Sequence lengths (``--padding right``) are the kernel's own: from step
 ``lengths[b]`` on, row b's carry stays. Float32 only: the kernel has no bfloat16 or float64 path.
@@ -55,53 +57,63 @@ def describe(hidden: int) -> dict:
             else "scalar, the C library's exp and tanh"}
 
 
-def _forward(gates_x, w_hh, h0, c0, lengths, train: bool):
-    """gates_x (T, B, 4H) → (y (T, B, H), h_T, c_T (B, H), activated gates (T, B, 4H), c after each step (T, B, H));
-    the last two are empty (size 0) unless ``train``."""
-    steps, batch, width = gates_x.shape
+def _forward(source, rows, w_hh, h0, c0, lengths, train: bool):
+    """source (N, 4H) and rows (T, B) → (y (T, B, H), h_T, c_T (B, H), activated gates (T, B, 4H), c after each step
+    (T, B, H)); the last two are empty (size 0) unless ``train``."""
+    (steps, batch), width = rows.shape, source.shape[1]
     hidden = width // 4
     kept = (steps, batch) if train else (0, 0)
     f32 = lambda *shape: jax.ShapeDtypeStruct(shape, jnp.float32)  # noqa: E731
     library()  # registers the targets before XLA looks them up
     return jax.ffi.ffi_call(TARGETS[0], (f32(steps, batch, hidden), f32(batch, hidden), f32(batch, hidden),
                                          f32(*kept, width if train else 0), f32(*kept, hidden if train else 0)))(
-        gates_x, w_hh, h0, c0, lengths, train=train)
+        source, rows, w_hh, h0, c0, lengths, train=train)
 
 
-@partial(jax.custom_vjp, nondiff_argnums=(5,))
-def lstm_recurrence(gates_x: Array, w_hh: Array, h0: Array, c0: Array, lengths: Array,
-                    precision: jax.lax.Precision = PRECISION) -> tuple[Array, LayerCarry]:
-    """One layer's recurrence: gates_x (T, B, 4H) = x W_ih^T + b_ih + b_hh, w_hh (4H, H), h0 and c0 (B, H), lengths
-    (B,) int32 → (outputs (T, B, H), 0 past a row's length; (h_T, c_T) each (B, H)), all float32. The kernel's
-    products are full float32 (the CPU has no TF32); ``precision`` is that of W_hh's gradient, which XLA computes."""
-    ys, h, c, _, _ = _forward(gates_x, w_hh, h0, c0, lengths, train=False)
+@partial(jax.custom_vjp, nondiff_argnums=(6,))
+def lstm_recurrence(source: Array, rows: Array, w_hh: Array, h0: Array, c0: Array, lengths: Array, gathered: bool
+                    ) -> tuple[Array, LayerCarry]:
+    """One layer's recurrence: step t of row b takes its input gates x W_ih^T + b_ih + b_hh from row ``rows[t, b]``
+    of ``source`` (N, 4H): the rows of gates_x (T·B, 4H) in order (``gathered`` False), or the projected embedding
+    table's rows of the tokens (the embedding fold, ``gathered`` True: the kernel reads them in place and adds each
+    step's gradient into them). rows (T, B) int32, w_hh (4H, H), h0 and c0 (B, H), lengths (B,) int32 → (outputs
+    (T, B, H), 0 past a row's length; (h_T, c_T) each (B, H)), all float32, every product full float32."""
+    ys, h, c, _, _ = _forward(source, rows, w_hh, h0, c0, lengths, train=False)
     return ys, (h, c)
 
 
-def _lstm_recurrence_forward(gates_x, w_hh, h0, c0, lengths, precision):
-    ys, h, c, gates, c_after = _forward(gates_x, w_hh, h0, c0, lengths, train=True)
-    return (ys, (h, c)), (w_hh, h0, c0, lengths, ys, gates, c_after)
+def _lstm_recurrence_forward(source, rows, w_hh, h0, c0, lengths, gathered):
+    ys, h, c, gates, c_after = _forward(source, rows, w_hh, h0, c0, lengths, train=True)
+    return (ys, (h, c)), (source, rows, w_hh, h0, c0, lengths, ys, gates, c_after)
 
 
-def _lstm_recurrence_backward(precision, residuals, cotangents):
-    w_hh, h0, c0, lengths, ys, gates, c_after = residuals
+def _lstm_recurrence_backward(gathered, residuals, cotangents):
+    source, rows, w_hh, h0, c0, lengths, ys, gates, c_after = residuals
     dy, (dh, dc) = cotangents
     like = lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype)  # noqa: E731
-    dz, dh0, dc0 = jax.ffi.ffi_call(TARGETS[1], (like(gates), like(h0), like(c0)))(
-        w_hh, gates, c_after, c0, lengths, dy, dh, dc)
-    # h before step t is y_{t-1} (or h0) wherever step t is real; elsewhere dz is 0, so what stands there adds 0.
-    h_before = jnp.concatenate([h0[None], ys[:-1]])
-    return dz, recurrence.weight_grad(dz, h_before, precision), dh0, dc0, None
+    d_source, dw_hh, dh0, dc0 = jax.ffi.ffi_call(TARGETS[1], (like(source), like(w_hh), like(h0), like(c0)))(
+        rows, w_hh, h0, ys, gates, c_after, c0, lengths, dy, dh, dc, gathered=gathered)
+    return d_source, None, dw_hh, dh0, dc0, None
 
 
 lstm_recurrence.defvjp(_lstm_recurrence_forward, _lstm_recurrence_backward)
 
 
-def _layer(gates_x: Array, w_hh: Array, h0: Array, c0: Array, lengths: Array | None, precision):
-    """:func:`lstm_recurrence` as :func:`jax_impl.recurrence.embedding_lstm_stack` calls a layer's recurrence."""
+def _layer(source, w_hh: Array, h0: Array, c0: Array, lengths: Array | None, precision):
+    """:func:`lstm_recurrence` as :func:`jax_impl.recurrence.embedding_lstm_stack` calls a layer's recurrence:
+    ``source`` the input projection (T, B, 4H), or (table_gates (V, 4H), tokens (T, B)) on the embedding fold's path.
+    The kernel computes in full float32 whatever ``precision`` says (the CPU has no TF32)."""
+    del precision
+    if isinstance(source, tuple):
+        table_gates, tokens = source
+        rows, gathered = tokens.astype(jnp.int32), True
+    else:
+        steps, batch, width = source.shape
+        table_gates = source.reshape(steps * batch, width)
+        rows, gathered = jnp.arange(steps * batch, dtype=jnp.int32).reshape(steps, batch), False
     if lengths is None:
-        lengths = jnp.full(gates_x.shape[1], gates_x.shape[0], jnp.int32)
-    return lstm_recurrence(gates_x, w_hh, h0, c0, lengths.astype(jnp.int32), precision)
+        lengths = jnp.full(rows.shape[1], rows.shape[0], jnp.int32)
+    return lstm_recurrence(table_gates, rows, w_hh, h0, c0, lengths.astype(jnp.int32), gathered)
 
 
 def kernel_stack(table: Array, tokens: Array, weights: Sequence[LayerWeights], carry: Carry, lengths: Array | None,

@@ -185,10 +185,11 @@ def _mask(lengths: Array | None, steps: int) -> Array | None:
     return None if lengths is None else (jnp.arange(steps)[:, None] < lengths[None, :])[:, :, None]
 
 
-def xla_recurrence(gates_x: Array, w_hh: Array, h0: Array, c0: Array, lengths: Array | None,
+def xla_recurrence(source, w_hh: Array, h0: Array, c0: Array, lengths: Array | None,
                    precision: lax.Precision) -> tuple[Array, LayerCarry]:
-    """One layer's recurrence as an XLA loop: gates_x (T, B, 4H) with both biases, w_hh (4H, H), h0 and c0 (B, H),
-    lengths (B,) or None → (outputs (T, B, H), (h_T, c_T))."""
+    """One layer's recurrence as an XLA loop: its input projection with both biases from ``source`` (see
+    ``_source_rows``), w_hh (4H, H), h0 and c0 (B, H), lengths (B,) or None → (outputs (T, B, H), (h_T, c_T))."""
+    gates_x = _source_rows(source)
     return _recurrence(gates_x, w_hh, h0, c0, _mask(lengths, gates_x.shape[0]), precision)
 
 
@@ -363,7 +364,7 @@ def embedding_lstm_stack(table: Array, tokens: Array, layer_params: Sequence[Lay
     if wavefront and len(layer_params) == 2:
         return _wave(source, layer_params[0][1], tuple(layer_params[1]), tuple(carries[0]), tuple(carries[1]),
                      _mask(lengths, tokens.shape[0]), None if dropout_masks is None else dropout_masks[0], precision)
-    gates = _source_rows(source)
+    gates = source
     finals = []
     for k, (params, (h0, c0)) in enumerate(zip(layer_params, carries)):
         if k > 0:  # the previous layer's outputs are this layer's input

@@ -1,12 +1,15 @@
 // Our own LSTM recurrence as XLA FFI handlers: one layer's recurrence per call, float32, PyTorch's gate order
 // (i, f, g, o) and layout. XLA computes everything around it: the input projection (and the embedding fold) before,
-// the weight gradients as GEMMs over all steps after.
+// and its gradients after.
 //
-//   forward:  gates_x (T, B, 4H) = x W_ih^T + b_ih + b_hh, w_hh (4H, H), h0 and c0 (B, H), lengths (B,) int32
-//             -> y (T, B, H), h_T and c_T (B, H); in training also, for the backward, the activated gates
-//             [sigmoid(i), sigmoid(f), tanh(g), sigmoid(o)] (T, B, 4H) and c after each step (T, B, H)
-//   backward: w_hh, those gates, c after each step, c0, lengths, dy (T, B, H), dh_T and dc_T (B, H)
-//             -> dz (T, B, 4H) the gradient of the gates' pre-activations (= d gates_x), dh0 and dc0 (B, H)
+//   forward:  source (N, 4H) and rows (T, B) int32: step t of row b takes the input gates x W_ih^T + b_ih + b_hh
+//             from source[rows[t, b]] (the rows of gates_x (T B, 4H) in order, or those of the projected embedding
+//             table for the tokens: the embedding fold, gathered here); w_hh (4H, H), h0 and c0 (B, H), lengths
+//             (B,) int32 -> y (T, B, H), h_T and c_T (B, H); in training also, for the backward, the activated
+//             gates [sigmoid(i), sigmoid(f), tanh(g), sigmoid(o)] (T, B, 4H) and c after each step (T, B, H)
+//   backward: rows, w_hh, h0, y, those gates, c after each step, c0, lengths, dy (T, B, H), dh_T and dc_T (B, H)
+//             -> d source (N, 4H) (the gradient of the gates' pre-activations, added up per source row where the
+//             rows were gathered), dw_hh (4H, H), dh0 and dc0 (B, H)
 // From step lengths[b] on, row b's carry stops changing and its output is 0 (pack_padded_sequence's semantics).
 //
 // How it runs: one team of threads per call, for the whole sequence. Thread k owns a contiguous range of hidden
@@ -26,6 +29,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <mutex>
+#include <utility>
 #include <vector>
 
 #include "xla/ffi/api/ffi.h"
@@ -33,12 +38,15 @@
 namespace ffi = xla::ffi;
 
 extern "C" {
-// MKL's CBLAS, as libtorch_cpu exports it (no MKL headers ship with torch).
+// MKL's packed CBLAS GEMM and Fortran sgemm, as libtorch_cpu exports them (no MKL headers ship with torch).
 size_t cblas_sgemm_pack_get_size(int identifier, int m, int n, int k);
 void cblas_sgemm_pack(int layout, int identifier, int trans, int m, int n, int k, float alpha, const float* src,
                       int ld, float* dest);
 void cblas_sgemm_compute(int layout, int transa, int transb, int m, int n, int k, const float* a, int lda,
                          const float* b, int ldb, float beta, float* c, int ldc);
+void sgemm_(const char* transa, const char* transb, const int* m, const int* n, const int* k, const float* alpha,
+            const float* a, const int* lda, const float* b, const int* ldb, const float* beta, float* c,
+            const int* ldc);
 int MKL_Set_Num_Threads_Local(int threads);
 __m512 Sleef_expf16_u10(__m512 x);
 __m512 Sleef_tanhf16_u10(__m512 x);
@@ -166,15 +174,50 @@ void cell_backward_avx512(int64_t n, int64_t hidden, const float* a, const float
 
 #pragma GCC pop_options
 
-// Asks for the rows [begin, begin + n) of `blocks` blocks `stride` floats apart, in each of `rows` rows `row_stride`
-// apart, to be brought into the cache: issued before a step's GEMM, the loads of its gate math then hit the cache
-// (measured: without this, half the gate math's time is spent waiting for gates_x from memory).
-void prefetch(const float* begin, int64_t n, int64_t blocks, int64_t stride, int64_t rows, int64_t row_stride) {
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t g = 0; g < blocks; ++g)
-      for (int64_t j = 0; j < n; j += 64 / sizeof(float))
-        _mm_prefetch(reinterpret_cast<const char*>(begin + r * row_stride + g * stride + j), _MM_HINT_T1);
+// Asks for the floats [begin, begin + n) of `blocks` blocks `stride` floats apart to be brought into the cache:
+// issued before a step's GEMM, the loads of its gate math then hit the cache (measured: without this, half the gate
+// math's time is spent waiting for the input gates from memory).
+void prefetch(const float* begin, int64_t n, int64_t blocks, int64_t stride) {
+  for (int64_t g = 0; g < blocks; ++g)
+    for (int64_t j = 0; j < n; j += 64 / sizeof(float))
+      _mm_prefetch(reinterpret_cast<const char*>(begin + g * stride + j), _MM_HINT_T1);
 }
+
+// The input gates of step t, row b: row rows[t B + b] of source (N, 4H), the rows of gates_x (T B, 4H) in order, or
+// the projected embedding table's rows of the tokens (the embedding fold), which the kernel then gathers itself.
+struct GateRows {
+  const float* source;
+  const int32_t* rows;  // (T, B)
+  int64_t width;  // 4H
+  const float* at(int64_t step_row) const { return source + rows[step_row] * width; }
+};
+
+// A buffer of floats borrowed from a pool kept for the process: its pages are touched once, not on every call (a
+// fresh allocation of this size comes from mmap, and faulting in its pages costs about as much as filling it).
+class Scratch {
+ public:
+  explicit Scratch(size_t count) : count_(count) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = std::find_if(pool_.begin(), pool_.end(), [count](const auto& p) { return p.first >= count; });
+    if (it == pool_.end()) {
+      data_ = floats(count);
+    } else {
+      count_ = it->first, data_ = std::move(it->second);
+      pool_.erase(it);
+    }
+  }
+  ~Scratch() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    pool_.emplace_back(count_, std::move(data_));
+  }
+  float* get() const { return data_.get(); }
+
+ private:
+  size_t count_;
+  Floats data_;
+  static inline std::mutex mutex_;
+  static inline std::vector<std::pair<size_t, Floats>> pool_;
+};
 
 // ------------------------------------------------------------------------------------------- the team
 
@@ -193,22 +236,29 @@ void on_team(int64_t hidden, Body body) {
   }
 }
 
-ffi::Error check_shapes(const Dims& d, ffi::Span<const int64_t> w_hh, int64_t lengths) {
-  if (w_hh.size() != 2 || w_hh[0] != 4 * d.h || w_hh[1] != d.h || lengths != d.b)
-    return ffi::Error::InvalidArgument("lstm_kernel: w_hh must be (4H, H) and lengths (B,) for gates (T, B, 4H)");
+ffi::Error check_shapes(const Dims& d, int64_t n, int64_t width, ffi::BufferR2<ffi::S32> rows,
+                        ffi::Span<const int64_t> w_hh, int64_t lengths) {
+  if (width != 4 * d.h || w_hh[0] != 4 * d.h || w_hh[1] != d.h || lengths != d.b)
+    return ffi::Error::InvalidArgument("lstm_kernel: w_hh must be (4H, H) and lengths (B,) for a source (N, 4H)");
+  const int32_t* r = rows.typed_data();
+  if (std::any_of(r, r + rows.element_count(), [n](int32_t i) { return i < 0 || i >= n; }))
+    return ffi::Error::InvalidArgument("lstm_kernel: a row index outside the source");
   if (d.h * 4 > INT32_MAX / 2 || d.b > INT32_MAX / 2)
     return ffi::Error::InvalidArgument("lstm_kernel: sizes beyond MKL's 32-bit dimensions");
   return ffi::Error::Success();
 }
 
-ffi::Error Forward(ffi::BufferR3<ffi::F32> gates_x, ffi::BufferR2<ffi::F32> w_hh, ffi::BufferR2<ffi::F32> h0,
-                   ffi::BufferR2<ffi::F32> c0, ffi::BufferR1<ffi::S32> lengths, ffi::ResultBufferR3<ffi::F32> y,
-                   ffi::ResultBufferR2<ffi::F32> h_t, ffi::ResultBufferR2<ffi::F32> c_t,
-                   ffi::ResultBufferR3<ffi::F32> gates, ffi::ResultBufferR3<ffi::F32> c_after, bool train) {
-  const auto dims = gates_x.dimensions();
-  const Dims d{dims[0], dims[1], dims[2] / 4};
-  if (auto err = check_shapes(d, w_hh.dimensions(), lengths.element_count()); err.failure()) return err;
-  const float* gx = gates_x.typed_data();
+ffi::Error Forward(ffi::BufferR2<ffi::F32> source, ffi::BufferR2<ffi::S32> rows, ffi::BufferR2<ffi::F32> w_hh,
+                   ffi::BufferR2<ffi::F32> h0, ffi::BufferR2<ffi::F32> c0, ffi::BufferR1<ffi::S32> lengths,
+                   ffi::ResultBufferR3<ffi::F32> y, ffi::ResultBufferR2<ffi::F32> h_t,
+                   ffi::ResultBufferR2<ffi::F32> c_t, ffi::ResultBufferR3<ffi::F32> gates,
+                   ffi::ResultBufferR3<ffi::F32> c_after, bool train) {
+  const Dims d{rows.dimensions()[0], rows.dimensions()[1], source.dimensions()[1] / 4};
+  if (auto err = check_shapes(d, source.dimensions()[0], source.dimensions()[1], rows, w_hh.dimensions(),
+                              lengths.element_count());
+      err.failure())
+    return err;
+  const GateRows gx{source.typed_data(), rows.typed_data(), 4 * d.h};
   const float* w = w_hh.typed_data();
   const int32_t* len = lengths.typed_data();
   float *ys = y->typed_data(), *a = gates->typed_data(), *cs = c_after->typed_data();
@@ -220,18 +270,18 @@ ffi::Error Forward(ffi::BufferR3<ffi::F32> gates_x, ffi::BufferR2<ffi::F32> w_hh
   const bool vector = vectorised.load();
   on_team(d.h, [&](Units u) {
     const int64_t n = u.size();
-    Floats packed, pre = floats(d.b * 4 * n), rows = floats(4 * n * d.h), scratch_a = floats(4 * d.h);
+    Floats packed, pre = floats(d.b * 4 * n), w_rows = floats(4 * n * d.h), scratch_a = floats(4 * d.h);
     if (n > 0) {  // B = W_hh's rows of this thread's units, gate by gate, transposed: (H, 4n)
-      for (int g = 0; g < 4; ++g) std::memcpy(rows.get() + g * n * d.h, w + (g * d.h + u.begin) * d.h,
+      for (int g = 0; g < 4; ++g) std::memcpy(w_rows.get() + g * n * d.h, w + (g * d.h + u.begin) * d.h,
                                               sizeof(float) * n * d.h);
       packed = floats(cblas_sgemm_pack_get_size(kBMatrix, d.b, 4 * n, d.h) / sizeof(float) + 1);
-      cblas_sgemm_pack(kRowMajor, kBMatrix, kTrans, d.b, 4 * n, d.h, 1.0f, rows.get(), d.h, packed.get());
+      cblas_sgemm_pack(kRowMajor, kBMatrix, kTrans, d.b, 4 * n, d.h, 1.0f, w_rows.get(), d.h, packed.get());
     }
     for (int64_t t = 0; t < d.t; ++t) {
       const float* h_prev = h_buffers.get() + (t % 2) * d.b * d.h;
       float* h_next = h_buffers.get() + ((t + 1) % 2) * d.b * d.h;
       if (n > 0) {
-        prefetch(gx + t * d.b * 4 * d.h + u.begin, n, 4, d.h, d.b, 4 * d.h);
+        for (int64_t b = 0; b < d.b; ++b) prefetch(gx.at(t * d.b + b) + u.begin, n, 4, d.h);
         cblas_sgemm_compute(kRowMajor, kNoTrans, kPacked, d.b, 4 * n, d.h, h_prev, d.h, packed.get(), 4 * n, 0.0f,
                             pre.get(), 4 * n);
         for (int64_t b = 0; b < d.b; ++b) {
@@ -239,9 +289,8 @@ ffi::Error Forward(ffi::BufferR3<ffi::F32> gates_x, ffi::BufferR2<ffi::F32> w_hh
           float* out = ys + step_row;
           if (t < len[b]) {
             float* a_row = train ? a + (t * d.b + b) * 4 * d.h + u.begin : scratch_a.get();
-            (vector ? cell_avx512 : cell_scalar)(n, d.h, pre.get() + b * 4 * n,
-                                                 gx + (t * d.b + b) * 4 * d.h + u.begin, a_row, c + row,
-                                                 h_next + row);
+            (vector ? cell_avx512 : cell_scalar)(n, d.h, pre.get() + b * 4 * n, gx.at(t * d.b + b) + u.begin, a_row,
+                                                 c + row, h_next + row);
             std::memcpy(out, h_next + row, sizeof(float) * n);
           } else {  // past the row's last token: the carry stays, the output is 0, the gates are never read
             std::memcpy(h_next + row, h_prev + row, sizeof(float) * n);
@@ -260,17 +309,40 @@ ffi::Error Forward(ffi::BufferR3<ffi::F32> gates_x, ffi::BufferR2<ffi::F32> w_hh
   return ffi::Error::Success();
 }
 
-ffi::Error Backward(ffi::BufferR2<ffi::F32> w_hh, ffi::BufferR3<ffi::F32> gates, ffi::BufferR3<ffi::F32> c_after,
+// dW_hh (4H, H) = sum over t of dz_t^T h_{t-1}, as two GEMMs on all steps at once (MKL, threaded like the team):
+// h_{t-1} is y_{t-1}, or h0 at t = 0, wherever step t is real; elsewhere dz_t is 0, so what stands there adds 0.
+// In MKL's column-major terms dW_hh^T (H, 4H) = h_before^T (H, T B) dz (T B, 4H).
+void recurrent_weight_gradient(const Dims& d, const float* dz, const float* h0, const float* y, float* dw) {
+  const int h = static_cast<int>(d.h), g = static_cast<int>(4 * d.h), b = static_cast<int>(d.b);
+  const int rest = static_cast<int>((d.t - 1) * d.b);
+  const float one = 1.0f, zero = 0.0f;
+  const int threads = MKL_Set_Num_Threads_Local(team_size(d.h));
+  sgemm_("N", "T", &h, &g, &b, &one, h0, &h, dz, &g, &zero, dw, &h);
+  if (rest > 0) sgemm_("N", "T", &h, &g, &rest, &one, y, &h, dz + d.b * 4 * d.h, &g, &one, dw, &h);
+  MKL_Set_Num_Threads_Local(threads);
+}
+
+ffi::Error Backward(ffi::BufferR2<ffi::S32> rows, ffi::BufferR2<ffi::F32> w_hh, ffi::BufferR2<ffi::F32> h0,
+                    ffi::BufferR3<ffi::F32> y, ffi::BufferR3<ffi::F32> gates, ffi::BufferR3<ffi::F32> c_after,
                     ffi::BufferR2<ffi::F32> c0, ffi::BufferR1<ffi::S32> lengths, ffi::BufferR3<ffi::F32> dy,
-                    ffi::BufferR2<ffi::F32> dh_t, ffi::BufferR2<ffi::F32> dc_t, ffi::ResultBufferR3<ffi::F32> dz,
-                    ffi::ResultBufferR2<ffi::F32> dh0, ffi::ResultBufferR2<ffi::F32> dc0) {
-  const auto dims = gates.dimensions();
-  const Dims d{dims[0], dims[1], dims[2] / 4};
-  if (auto err = check_shapes(d, w_hh.dimensions(), lengths.element_count()); err.failure()) return err;
+                    ffi::BufferR2<ffi::F32> dh_t, ffi::BufferR2<ffi::F32> dc_t,
+                    ffi::ResultBufferR2<ffi::F32> d_source, ffi::ResultBufferR2<ffi::F32> dw_hh,
+                    ffi::ResultBufferR2<ffi::F32> dh0, ffi::ResultBufferR2<ffi::F32> dc0, bool gathered) {
+  const Dims d{rows.dimensions()[0], rows.dimensions()[1], w_hh.dimensions()[1]};
+  const int64_t sources = d_source->dimensions()[0];
+  if (auto err = check_shapes(d, sources, d_source->dimensions()[1], rows, w_hh.dimensions(), lengths.element_count());
+      err.failure())
+    return err;
+  if (!gathered && sources != d.t * d.b)
+    return ffi::Error::InvalidArgument("lstm_kernel: ungathered gates must have T B rows");
   const float *w = w_hh.typed_data(), *a = gates.typed_data(), *cs = c_after.typed_data();
   const float *c_init = c0.typed_data(), *dys = dy.typed_data();
-  const int32_t* len = lengths.typed_data();
-  float *dzs = dz->typed_data(), *dh = dh0->typed_data(), *dc = dc0->typed_data();
+  const int32_t *len = lengths.typed_data(), *index = rows.typed_data();
+  float *dh = dh0->typed_data(), *dc = dc0->typed_data(), *ds = d_source->typed_data();
+  // dz (T, B, 4H): d_source itself where the gates were not gathered, else a scratch that each step is added from
+  // into its rows of d_source (the embedding fold's gradient, a scatter-add).
+  std::unique_ptr<Scratch> scratch = gathered ? std::make_unique<Scratch>(d.t * d.b * 4 * d.h) : nullptr;
+  float* dzs = gathered ? scratch->get() : ds;
   std::memcpy(dh, dh_t.typed_data(), sizeof(float) * d.b * d.h);
   std::memcpy(dc, dc_t.typed_data(), sizeof(float) * d.b * d.h);
   Floats dh_step = floats(d.b * d.h);  // dh_t + dy_t: the step's total gradient of h
@@ -282,6 +354,10 @@ ffi::Error Backward(ffi::BufferR2<ffi::F32> w_hh, ffi::BufferR3<ffi::F32> gates,
       packed = floats(cblas_sgemm_pack_get_size(kBMatrix, d.b, n, 4 * d.h) / sizeof(float) + 1);
       cblas_sgemm_pack(kRowMajor, kBMatrix, kNoTrans, d.b, n, 4 * d.h, 1.0f, w + u.begin, d.h, packed.get());
     }
+    const int64_t width = 4 * d.h;
+    if (gathered)  // this thread's columns of d_source, zeroed: the steps add into them
+      for (int64_t r = 0; r < sources; ++r)
+        for (int g = 0; g < 4; ++g) std::memset(ds + r * width + g * d.h + u.begin, 0, sizeof(float) * n);
     for (int64_t t = d.t - 1; t >= 0; --t) {
       for (int64_t b = 0; b < d.b && n > 0; ++b) {
         const int64_t row = b * d.h + u.begin, step_row = t * d.b * d.h + row;
@@ -296,6 +372,11 @@ ffi::Error Backward(ffi::BufferR2<ffi::F32> w_hh, ffi::BufferR3<ffi::F32> gates,
           std::memcpy(total, dh + row, sizeof(float) * n);
           for (int g = 0; g < 4; ++g) std::memset(dz_row + g * d.h, 0, sizeof(float) * n);
         }
+        if (gathered) {
+          float* to = ds + index[t * d.b + b] * width + u.begin;
+          for (int g = 0; g < 4; ++g)
+            for (int64_t j = 0; j < n; ++j) to[g * d.h + j] += dz_row[g * d.h + j];
+        }
       }
 #pragma omp barrier
       if (n > 0) {  // dh_{t-1} of this thread's units = dz_t (B, 4H) . W_hh[:, units]
@@ -306,6 +387,8 @@ ffi::Error Backward(ffi::BufferR2<ffi::F32> w_hh, ffi::BufferR3<ffi::F32> gates,
       }
     }
   });
+  if (d.t > 0 && d.b > 0) recurrent_weight_gradient(d, dzs, h0.typed_data(), y.typed_data(), dw_hh->typed_data());
+  else std::memset(dw_hh->typed_data(), 0, dw_hh->size_bytes());
   return ffi::Error::Success();
 }
 
@@ -313,7 +396,8 @@ ffi::Error Backward(ffi::BufferR2<ffi::F32> w_hh, ffi::BufferR3<ffi::F32> gates,
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(lstm_kernel_forward, Forward,
                               ffi::Ffi::Bind()
-                                  .Arg<ffi::BufferR3<ffi::F32>>()  // gates_x
+                                  .Arg<ffi::BufferR2<ffi::F32>>()  // source
+                                  .Arg<ffi::BufferR2<ffi::S32>>()  // rows
                                   .Arg<ffi::BufferR2<ffi::F32>>()  // w_hh
                                   .Arg<ffi::BufferR2<ffi::F32>>()  // h0
                                   .Arg<ffi::BufferR2<ffi::F32>>()  // c0
@@ -327,7 +411,10 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(lstm_kernel_forward, Forward,
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(lstm_kernel_backward, Backward,
                               ffi::Ffi::Bind()
+                                  .Arg<ffi::BufferR2<ffi::S32>>()  // rows
                                   .Arg<ffi::BufferR2<ffi::F32>>()  // w_hh
+                                  .Arg<ffi::BufferR2<ffi::F32>>()  // h0
+                                  .Arg<ffi::BufferR3<ffi::F32>>()  // y
                                   .Arg<ffi::BufferR3<ffi::F32>>()  // gates
                                   .Arg<ffi::BufferR3<ffi::F32>>()  // c after each step
                                   .Arg<ffi::BufferR2<ffi::F32>>()  // c0
@@ -335,9 +422,11 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(lstm_kernel_backward, Backward,
                                   .Arg<ffi::BufferR3<ffi::F32>>()  // dy
                                   .Arg<ffi::BufferR2<ffi::F32>>()  // dh_T
                                   .Arg<ffi::BufferR2<ffi::F32>>()  // dc_T
-                                  .Ret<ffi::BufferR3<ffi::F32>>()  // dz
+                                  .Ret<ffi::BufferR2<ffi::F32>>()  // d_source
+                                  .Ret<ffi::BufferR2<ffi::F32>>()  // dw_hh
                                   .Ret<ffi::BufferR2<ffi::F32>>()  // dh0
-                                  .Ret<ffi::BufferR2<ffi::F32>>());  // dc0
+                                  .Ret<ffi::BufferR2<ffi::F32>>()  // dc0
+                                  .Attr<bool>("gathered"));
 
 // The fraction of a team's threads that flush a denormal product to zero when the caller does (FTZ and DAZ set
 // here, as XLA sets them on its threads) and the team's threads were first started by the caller without them.

@@ -19,7 +19,8 @@ import pytest
 from common.errors import UnsupportedError
 from jax_impl import kernel, native, recurrence
 from jax_impl.model import resolve_lstm_impl
-from jax_impl.tests.test_recurrence import LENGTHS, _assert_close, _stack_args, _stack_loss, reference_stack
+from jax_impl.tests.test_recurrence import (LENGTHS, _assert_close, _embedding_args, _stack_args, _stack_loss,
+                                            reference_stack)
 
 needs_library = pytest.mark.skipif(native.unavailable(kernel.NAME) is not None,
                                    reason=str(native.unavailable(kernel.NAME)))
@@ -46,6 +47,18 @@ def test_final_carries_and_gradients_equal_jax_grad_of_the_reference(layers, wit
     assert abs(float(value) - float(value_r)) <= REL_TOL * abs(float(value_r))
 
 
+@needs_library
+@pytest.mark.parametrize("vocab", [6, 40], ids=["projected-table", "projected-rows"])  # V < T·B = 21, V > T·B
+def test_on_the_embedding_folds_path_gathered_rows_and_their_added_gradients_equal_the_reference(vocab):
+    # 6 rows: the kernel reads layer 0's gates from the projected table and adds repeated tokens' gradients into it.
+    table, tokens, weights, carries, masks = _embedding_args(6, vocab)
+    lengths = jnp.asarray(LENGTHS)
+    got, expected = (jax.jit(jax.value_and_grad(_stack_loss(stack, 6, jnp.float32, tokens, lengths, masks, 2),
+                                                (0, 1, 2), has_aux=True))(table, weights, carries)
+                     for stack in (kernel.kernel_stack, reference_stack))
+    _assert_close(got, expected, REL_TOL)
+
+
 def _recurrence_args(hidden: int, steps: int = 9, batch: int = 5, scale: float = 1.0):
     """gates_x (T, B, 4H), w_hh (4H, H), h0, c0 (B, H) of a layer, lengths (B,) with a full, an empty and a middle
     row, and a fixed cotangent of each output."""
@@ -55,6 +68,11 @@ def _recurrence_args(hidden: int, steps: int = 9, batch: int = 5, scale: float =
             f32(batch, hidden))
     lengths = jnp.asarray([steps, 0, 4, steps, 1][:batch], jnp.int32)
     return args, lengths, (f32(steps, batch, hidden), f32(batch, hidden), f32(batch, hidden))
+
+
+def kernel_layer(gates_x, w_hh, h0, c0, lengths):
+    """The kernel on gates_x (T, B, 4H) as the layer-by-layer path calls it."""
+    return kernel._layer(gates_x, w_hh, h0, c0, lengths, HIGHEST)
 
 
 def _outputs_and_gradients(layer, args, cotangents):
@@ -71,7 +89,7 @@ def _outputs_and_gradients(layer, args, cotangents):
 def test_every_split_of_the_units_over_the_threads_computes_the_xla_recurrence(hidden):
     # 40 units: blocks of 16, 16 and 8 over two threads; 70: a last block of 6 lanes; 1: one thread, one lane.
     args, lengths, cotangents = _recurrence_args(hidden)
-    got = _outputs_and_gradients(lambda *a: kernel.lstm_recurrence(*a, lengths, HIGHEST), args, cotangents)
+    got = _outputs_and_gradients(lambda *a: kernel_layer(*a, lengths), args, cotangents)
     want = _outputs_and_gradients(lambda *a: recurrence.xla_recurrence(*a, lengths, HIGHEST), args, cotangents)
     _assert_close(got, want, REL_TOL)
 
@@ -80,7 +98,7 @@ def test_every_split_of_the_units_over_the_threads_computes_the_xla_recurrence(h
 def test_the_scalar_gate_math_computes_what_the_vectorised_one_does():
     # The C library's exp and tanh where AVX-512 is missing, SLEEF's where present: both accurate to about an ulp.
     args, lengths, cotangents = _recurrence_args(40)
-    layer = lambda *a: kernel.lstm_recurrence(*a, lengths, HIGHEST)  # noqa: E731
+    layer = lambda *a: kernel_layer(*a, lengths)  # noqa: E731
     vectorised = _outputs_and_gradients(layer, args, cotangents)
     previous = kernel.library().lstm_kernel_set_vectorised(0)
     try:
@@ -94,7 +112,7 @@ def test_the_scalar_gate_math_computes_what_the_vectorised_one_does():
 @needs_library
 def test_the_same_inputs_give_bit_identical_results():
     args, lengths, cotangents = _recurrence_args(70)
-    layer = lambda *a: kernel.lstm_recurrence(*a, lengths, HIGHEST)  # noqa: E731
+    layer = lambda *a: kernel_layer(*a, lengths)  # noqa: E731
     first, second = (jax.device_get(_outputs_and_gradients(layer, args, cotangents)) for _ in range(2))
     assert all(np.array_equal(a, b) for a, b in zip(jax.tree_util.tree_leaves(first), jax.tree_util.tree_leaves(second)))
 
@@ -106,7 +124,7 @@ def test_every_thread_flushes_denormals_as_xla_does():
     args, lengths, cotangents = _recurrence_args(70)
     args = (args[0], jnp.full_like(args[1], 1e-39), *args[2:])
     full = jnp.full_like(lengths, args[0].shape[0])
-    _, (_, _, dh0, _) = _outputs_and_gradients(lambda *a: kernel.lstm_recurrence(*a, full, HIGHEST), args,
+    _, (_, _, dh0, _) = _outputs_and_gradients(lambda *a: kernel_layer(*a, full), args,
                                                cotangents)
     _, (_, _, dh0_xla, _) = _outputs_and_gradients(lambda *a: recurrence.xla_recurrence(*a, None, HIGHEST), args,
                                                    cotangents)
