@@ -159,10 +159,16 @@ class JaxSide:
         pass  # every step driven here ends by reading a number from the device
 
     def provenance(self, bench, hlo: str) -> dict:
-        """The implementation that ran and what the compiled training step holds (:func:`hlo_summary`)."""
-        summary, record = hlo_summary(hlo), bench.twin.record
+        """The implementation that ran and what the compiled training step holds: its while loops (those carrying
+        floating-point arrays: the recurrences; the others are the dropout key's bit generator) and its custom calls
+        (cuDNN's LSTM is ``cudnn_rnn_ffi``, oneDNN's ``onednn_lstm_forward`` and ``onednn_lstm_backward``)."""
+        record = bench.twin.record
+        loops = [line.split(" while(")[0] for line in hlo.splitlines() if " while(" in line]
+        calls = sorted(set(re.findall(r'custom_call_target="([^"]+)"', hlo)))
         library = {k: record[k] for k in ("onednn", "onednn_threads") if k in record}  # a native kernel's library
-        return {"kernels": [f"impl:{record['lstm_impl']}", *summary["custom_calls"]], **summary, **library}
+        return {"kernels": [f"impl:{record['lstm_impl']}", *calls], "while_loops": len(loops),
+                "float_while_loops": sum(bool(re.search(r"\b(f32|f64|bf16)\[", x)) for x in loops),
+                "custom_calls": calls, **library}
 
     def compile(self, twin, state, kind: str, batch) -> dict:
         """Lower and compile the twin's jitted ``kind`` ("train" or "eval") step for ``batch``'s shapes ahead of its
@@ -224,15 +230,3 @@ class JaxSide:
                 for k in self.jax.random.split(self.jax.random.PRNGKey(0)))
         matmul = self.jax.jit(lambda x, y: jnp.matmul(x, y, precision=precision))
         return {"gflop_s": gemm_gflop_s(matmul, a, b, self.jax.block_until_ready), "precision": self.precision}
-
-
-def hlo_summary(hlo: str) -> dict:
-    """What a compiled XLA module holds: its while loops (those carrying floating-point arrays: the recurrences;
-    the others are the dropout key's bit generator) and its custom calls (cuDNN's LSTM is ``cudnn_rnn_ffi``, oneDNN's
-    ``onednn_lstm_forward`` and ``onednn_lstm_backward``)."""
-    loops = [line.split(" while(")[0] for line in hlo.splitlines() if " while(" in line]
-    floats = sum(bool(re.search(r"\b(f32|f64|bf16)\[", x)) for x in loops)
-    return {"while_loops": len(loops), "float_while_loops": floats,
-            "custom_calls": sorted(set(re.findall(r'custom_call_target="([^"]+)"', hlo)))}
-
-

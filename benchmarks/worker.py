@@ -73,7 +73,6 @@ class Bench:
 
     def setup(self, msg: dict) -> dict:
         """Compile, the first step, warm-up and provenance, each step kind in turn (one worker at a time)."""
-        cfg = self.cfg
         out = {"vocab_size": len(self.data.vocab), "info": self.side.info(), "phases": {},
                "record": {k: v for k, v in self.twin.record.items() if isinstance(v, (str, int, float, bool))}}
         for kind in msg["phases"]:  # inference first: its peak memory is read before training raises it
@@ -83,7 +82,7 @@ class Bench:
             phase = self.side.compile(self.twin, self.state, kind, self.eval[0] if kind == "eval" else self.first)
             hlo = phase.pop("hlo", None)
             phase["first_step_s"] = self.steps(kind, 1)[0]
-            if cfg.torch_compile:
+            if self.cfg.torch_compile:
                 phase["compile_s"] = phase["first_step_s"]  # Dynamo and Inductor work inside the first call
             self.steps(kind, msg["warmup"])
             out["phases"][kind] = {**phase, "peak_device_mb": self.side.peak_device_mb(),
@@ -92,7 +91,7 @@ class Bench:
                 out["provenance"] = {**self.side.provenance(self, hlo), "precision": out["info"]["precision"],
                                      **{k: self.twin.record[k] for k in ("flush_denormal", "lstm_kernel", "bfloat16")
                                         if k in self.twin.record}}  # what ran in bfloat16, by the twin's rules
-                if cfg.torch_compile and "dynamo:lstm" not in out["provenance"]["kernels"]:
+                if self.cfg.torch_compile and "dynamo:lstm" not in out["provenance"]["kernels"]:
                     return {**out, "not_applicable": out["provenance"]["dynamo"]["reason"]}
         return out
 
