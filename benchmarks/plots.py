@@ -141,8 +141,7 @@ def convergence_curves(doc: dict, path: Path) -> Path:
                   f"{run['seed']}", linestyle="--" if low else "-")
         by_epoch.plot([e["epoch"] for e in run["epochs"]], [e["val_accuracy"] for e in run["epochs"]],
                       "s" if low else "o", **kw)
-        by_time.plot([c["train_s"] for c in run["val_curve"]], [c["val_accuracy"] for c in run["val_curve"]], ".",
-                     **kw)
+        by_time.plot([c["train_s"] for c in run["val_curve"]], [c["val_accuracy"] for c in run["val_curve"]], ".", **kw)
     for ax, xlabel in ((by_epoch, "epoch"), (by_time, "training seconds (compilation excluded)")):
         ax.axhline(doc["target"], color="grey", linestyle=":", linewidth=1)
         ax.set(xlabel=xlabel, ylabel="validation accuracy")

@@ -169,8 +169,7 @@ def convergence_tables(doc: dict) -> str:
                   f"time to val acc {target:.2f}"), [
                [r["twin"], r["seed"], f"{r['test_loss']:.4f}", f"{r['test_accuracy']:.4f}",
                 f"{r['compile_s']:.2f}", f"{r['median_step_s']:.3f}", f"{r['train_s']:.1f}",
-                fmt(r["time_to_target_s"], ".1f") + " s"]
-               for r in runs], True), "",
+                fmt(r["time_to_target_s"], ".1f") + " s"] for r in runs], True), "",
            table(("twin", "test acc (mean ± std over seeds)", "train s (mean)", "time to target (mean)", "reached"), [
                [fw, f"{summary[fw]['test_accuracy_mean']:.4f} ± {summary[fw]['test_accuracy_std']:.4f}",
                 f"{summary[fw]['train_s_mean']:.1f}", fmt(summary[fw]["time_to_target_s_mean"], ".1f") + " s",

@@ -66,7 +66,7 @@ class Bench:
         self.twin, self.state, self.train = self.build(cfg)  # evaluation reads the latest state
         self.first = next(batches(data.train, cfg.batch_size, shuffle_seed=cfg.seed))  # the shapes to compile for
         self.side.adopt(self.twin, cfg)
-        self.evals = 0
+        self.evals = itertools.cycle(self.eval)  # the evaluation batches, round after round
         if msg.get("parts"):  # untimed and unreported, so done while the other workers load
             self.side.compile_parts(self.twin, self.state, self.first)
         return {"loaded": True}
@@ -102,8 +102,7 @@ class Bench:
         for _ in range(n):
             start = time.perf_counter()
             if kind == "eval":
-                batch, self.evals = self.eval[self.evals % len(self.eval)], self.evals + 1
-                float(self.twin.eval_step(self.state, batch)[0])  # what evaluate() reads
+                float(self.twin.eval_step(self.state, next(self.evals))[0])  # what evaluate() reads
             else:
                 self.twin.timing = kind == "parts"
                 self.state = next(self.train).state
