@@ -17,6 +17,7 @@ BOOLS = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no":
 TIERS = {"stock": "the framework's standard modules, differentiated by the framework",
          "tuned": "our hand-written recurrence (custom VJP), the same function",
          "vendor": "the vendor's fused LSTM kernel, the one nn.LSTM runs (oneDNN on the CPU, cuDNN on a GPU)",
+         "kernel": "JAX with a custom kernel: our own recurrence kernel through XLA's FFI, the rest in XLA",
          "compiled": "the stock model through the framework's compiler"}
 
 
@@ -42,6 +43,7 @@ HEADLINES = {
     "vendor kernel": Headline("Vendor kernel against vendor kernel, {baseline} running nn.LSTM on the same library: "
                               "{members}.", "{wording} ({label}) {speeds}"),
     "compiled": Headline("Compiled: {members}.", "{wording} ({label}) {speeds}"),
+    "kernel": Headline("JAX with a custom kernel against stock PyTorch: {members}.", "{wording} ({label}) {speeds}"),
 }
 
 
@@ -96,6 +98,10 @@ VARIANTS = (
             "layer through XLA's FFI (ATen's mkldnn_rnn_layer from the installed torch, zero-copy; dropout and the "
             "embedding in XLA; --lstm-impl onednn)", ("cpu",), {"lstm_impl": "onednn"}, {"cpu": "onednn_lstm_forward"},
             headline=("vendor kernel",), wording="oneDNN through XLA's FFI"),
+    Variant("jax", "kernel", "kernel", "our own recurrence kernel through XLA's FFI, one call per layer and pass: "
+            "MKL's packed GEMM per step, gate math on AVX-512, a team of threads over the hidden units; the input "
+            "projections (the embedding fold) in XLA (--lstm-impl kernel)", ("cpu",), {"lstm_impl": "kernel"},
+            {"cpu": "lstm_kernel_forward"}, headline=("kernel",), wording="our recurrence kernel"),
 )
 
 QUICK_CONFIG = {"embed_dim": 16, "hidden_dim": 16, "seq_len": 16, "batch_size": 8}

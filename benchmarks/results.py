@@ -58,7 +58,7 @@ def rows_for(session: Session, configs: dict[str, dict], sweep: dict | None, pea
         cfg = SimpleNamespace(**configs[name])  # not a Config: a skipped variant's choice may not validate
         setup = e.setup or Setup(0, {}, {}, {})
         record, info = setup.record, setup.info
-        folds = record.get("lstm_impl") == "fused" and cfg.embed_fold
+        folds = record.get("lstm_impl") in ("fused", "kernel") and cfg.embed_fold
         # jax:jit under bfloat16 runs the scan stack (--lstm-impl auto's choice there): a stock row then
         tier = "stock" if record.get("lstm_impl") in ("scan", "flax") else plan.variant(name).tier
         dloss = (parity or {}).get("max_abs_dloss", {}).get(name, 0.0 if name == BASELINE and parity else None)

@@ -161,11 +161,13 @@ class JaxSide:
     def provenance(self, bench, hlo: str) -> dict:
         """The implementation that ran and what the compiled training step holds: its while loops (those carrying
         floating-point arrays: the recurrences; the others are the dropout key's bit generator) and its custom calls
-        (cuDNN's LSTM is ``cudnn_rnn_ffi``, oneDNN's ``onednn_lstm_forward`` and ``onednn_lstm_backward``)."""
+        (cuDNN's LSTM is ``cudnn_rnn_ffi``, oneDNN's ``onednn_lstm_forward`` and ``onednn_lstm_backward``, our
+        kernel's ``lstm_kernel_forward`` and ``lstm_kernel_backward``), with a native kernel's library."""
         record = bench.twin.record
         loops = [line.split(" while(")[0] for line in hlo.splitlines() if " while(" in line]
         calls = sorted(set(re.findall(r'custom_call_target="([^"]+)"', hlo)))
-        library = {k: record[k] for k in ("onednn", "onednn_threads") if k in record}  # a native kernel's library
+        library = {k: record[k] for k in ("onednn", "onednn_threads", "gemm", "kernel_threads", "gate_math")
+                   if k in record}  # a native kernel's library
         return {"kernels": [f"impl:{record['lstm_impl']}", *calls], "while_loops": len(loops),
                 "float_while_loops": sum(bool(re.search(r"\b(f32|f64|bf16)\[", x)) for x in loops),
                 "custom_calls": calls, **library}

@@ -46,7 +46,8 @@ def kernel(r: dict) -> str:
         return ", ".join([min(ops, key=len)] if ops else prov["kernels"][:1]) + "".join(f" {d}" for d in dtypes) + (
             " + dynamo" if "dynamo:lstm" in prov["kernels"] else "")
     calls = [c for c in prov["custom_calls"] if "rnn" in c or "lstm" in c]
-    library = f" (oneDNN {prov['onednn']})" if prov.get("onednn") else ""
+    library = (f" (oneDNN {prov['onednn']})" if prov.get("onednn") else
+               f" (MKL packed GEMM, {prov['kernel_threads']} threads)" if prov.get("kernel_threads") else "")
     return f"{r['lstm_impl']}, {prov['float_while_loops']} loops" + "".join(f", {c}" for c in calls) + library
 
 

@@ -21,7 +21,7 @@ def test_parse_sweep_refuses_bad_specs(spec):
 def test_select_variants_default_all_and_named():
     both = ["torch", "jax"]
     assert [v.label for v in plan.select_variants("default", both)] == [
-        "torch:eager", "torch:compile", "jax:flax", "jax:nofold", "jax:jit", "jax:onednn"]
+        "torch:eager", "torch:compile", "jax:flax", "jax:nofold", "jax:jit", "jax:onednn", "jax:kernel"]
     assert len(plan.select_variants("all", both)) == len(plan.VARIANTS)
     assert [v.label for v in plan.select_variants("jit,torch:eager", both)] == ["jax:jit", "torch:eager"]
     with pytest.raises(ConfigError, match="unknown variant"):
@@ -65,7 +65,7 @@ def test_the_variant_table_says_which_headline_comparisons_each_variant_takes_pa
     taking = {key: [v.label for v in plan.VARIANTS if key in v.headline] for key in plan.HEADLINES}
     assert taking == {"stock": ["jax:flax", "jax:scan"], "best tuned": ["jax:nofold", "jax:jit"],
                       "same algorithm": ["jax:nofold"], "vendor kernel": ["jax:cudnn", "jax:onednn"],
-                      "compiled": ["torch:compile"]}
+                      "compiled": ["torch:compile"], "kernel": ["jax:kernel"]}
 
 
 def test_every_headline_a_variant_names_has_a_sentence_and_the_wording_its_phrase_asks_for():

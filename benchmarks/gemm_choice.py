@@ -1,0 +1,86 @@
+"""Which GEMM the recurrence kernel runs: ``python -m benchmarks.gemm_choice [--reps N]``.
+
+Times one recurrence step's product, (B, H)·(H, 4H) at the seed's (50, 256)·(256, 1024), the way
+``jax_impl/native/lstm_kernel.cc`` runs it (a team of threads, each computing its own columns, meeting at a barrier
+after every product), for each candidate library in this environment: MKL's packed GEMM and plain sgemm (from the
+installed torch) and OpenBLAS's sgemm (from the installed numpy), on one thread and on the team. For reference,
+XLA's own dot on the same shapes, chained as in a loop. Prints one Markdown table; the kernel takes the fastest
+library on the team (benchmarks/PERFORMANCE.md records the figures).
+"""
+import argparse
+import ctypes
+import os
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+SHAPE = (50, 256, 1024)  # M, K, N: B, H and 4H at the seed's sizes
+BACKENDS = {"mkl_packed": "MKL cblas_sgemm_pack + cblas_sgemm_compute", "mkl_sgemm": "MKL sgemm",
+            "openblas_sgemm": "OpenBLAS sgemm (numpy's)"}
+
+
+def openblas_path() -> str:
+    """numpy's bundled OpenBLAS (scipy-openblas), '' where numpy has none."""
+    libs = Path(np.__file__).resolve().parent.parent / "numpy.libs"
+    return str(next(iter(sorted(libs.glob("libscipy_openblas64_*.so"))), ""))
+
+
+def library() -> ctypes.CDLL:
+    from jax_impl import native
+    from jax_impl.native import build
+    if native.unavailable("gemm_choice"):
+        build.build(build.EXTENSIONS["gemm_choice"])
+    reason = native.unavailable("gemm_choice")
+    if reason:
+        raise SystemExit(f"error: {reason}")
+    lib = ctypes.CDLL(str(native.library_path("gemm_choice")))
+    lib.gemm_choice_gflops.restype = ctypes.c_double
+    lib.gemm_choice_gflops.argtypes = [ctypes.c_char_p, *[ctypes.c_int] * 5, ctypes.c_char_p]
+    return lib
+
+
+def xla_gflops(reps: int) -> float:
+    """XLA's dot chained ``reps`` times in a fori_loop (each product's input the sum of the previous one's four column
+    blocks, so that no column can be skipped), best of 5, in GFLOP/s."""
+    import jax
+    import jax.numpy as jnp
+    m, k, n = SHAPE
+    a, b = jnp.full((m, k), 0.01, jnp.float32), jnp.full((k, n), 0.02, jnp.float32)
+    chain = jax.jit(lambda a, b: jax.lax.fori_loop(
+        0, reps, lambda _, x: jnp.dot(x, b, precision=jax.lax.Precision.HIGHEST).reshape(m, n // k, k).sum(1) * 1e-3,
+        a))
+    jax.block_until_ready(chain(a, b))
+    best = min(_timed(lambda: jax.block_until_ready(chain(a, b))) for _ in range(5))
+    return 2.0 * m * k * n * reps / best / 1e9
+
+
+def _timed(fn) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--reps", type=int, default=2000, help="products per timed run (default 2000)")
+    args = parser.parse_args(argv)
+    if args.reps < 1:
+        print("error: --reps must be at least 1", file=sys.stderr)
+        return 2
+    team = os.cpu_count() or 1
+    lib, m, k, n = library(), *SHAPE
+    print(f"(B, H)·(H, 4H) = ({m}, {k})·({k}, {n}), {args.reps} products per run, best of 5, GFLOP/s\n")
+    print(f"| GEMM | 1 thread | team of {team} |")
+    print("|---|---|---|")
+    for name, what in BACKENDS.items():
+        one, all_ = (lib.gemm_choice_gflops(name.encode(), m, k, n, t, args.reps, openblas_path().encode())
+                     for t in (1, team))
+        print(f"| {what} | " + " | ".join(f"{g:.0f}" if g > 0 else "n/a" for g in (one, all_)) + " |")
+    print(f"| XLA's dot in a fori_loop (its own threads) | | {xla_gflops(args.reps // 4):.0f} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
