@@ -12,7 +12,9 @@ XLA pieces (each jitted; T steps of a ``lax.scan`` unless said):
 - ``empty loop``: a loop that only reads its step's gate row and adds it to the carry;
 - ``fused recurrence``: the model's kernel (``jax_impl.recurrence``), matmul and gate math in one loop;
 - ``projection``: the layer's input projection, one (T·B, D)·(D, 4H) GEMM, as the model computes it;
-- ``onednn`` (where built): oneDNN's LSTM primitive through XLA's FFI, the input projection included.
+- ``onednn`` (where built): oneDNN's LSTM primitive through XLA's FFI, the input projection included;
+- ``kernel`` (where built): our recurrence kernel through XLA's FFI (``--lstm-impl kernel``), from given gates as
+  ``fused recurrence``.
 PyTorch pieces (eager): ``dots`` (the same chain of ``torch.mm``), ``nn.LSTM`` (oneDNN, the input projection
 included) and ``projection`` (that input projection alone: one (T·B, D)·(D, 4H) GEMM).
 """
@@ -36,7 +38,7 @@ from jax import lax  # noqa: E402
 from benchmarks.stats import RESAMPLES  # noqa: E402
 from common.config import Parser  # noqa: E402
 from common.errors import cli_main  # noqa: E402
-from jax_impl import native, onednn, recurrence  # noqa: E402
+from jax_impl import kernel, native, onednn, recurrence  # noqa: E402
 from jax_impl.numerics import PRECISION, dot  # noqa: E402
 
 PROG = "python -m benchmarks.loop_cost"
@@ -89,6 +91,9 @@ def jax_pieces(b: int, t: int, h: int, d: int) -> dict[str, Callable[[], object]
     if native.unavailable(onednn.NAME) is None:
         layer = jax.jit(onednn.lstm_layer)
         pieces["xla: onednn (FFI)"] = lambda: layer(x, w_ih, w_hh, bias, bias, zeros, zeros)[1]
+    if native.unavailable(kernel.NAME) is None:
+        ours = jax.jit(lambda z, w: kernel.kernel_recurrence(z, w, zeros, zeros, None, PRECISION)[1])
+        pieces["xla: kernel (FFI)"] = lambda: ours(gates, w_hh)
     return pieces
 
 

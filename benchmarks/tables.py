@@ -47,7 +47,7 @@ def kernel(r: dict) -> str:
             " + dynamo" if "dynamo:lstm" in prov["kernels"] else "")
     calls = [c for c in prov["custom_calls"] if "rnn" in c or "lstm" in c]
     library = (f" (oneDNN {prov['onednn']})" if prov.get("onednn") else
-               f" (MKL packed GEMM, {prov['kernel_threads']} threads)" if prov.get("kernel_threads") else "")
+               f" ({prov['gemm']} GEMM, {prov['kernel_threads']} threads)" if prov.get("kernel_threads") else "")
     return f"{r['lstm_impl']}, {prov['float_while_loops']} loops" + "".join(f", {c}" for c in calls) + library
 
 

@@ -3,8 +3,9 @@ per layer and direction of the pass, everything else in XLA.
 
 Each layer's input projection stays in XLA (:func:`jax_impl.recurrence.embedding_lstm_stack` computes it, layer 0's
 through the embedding fold), and so do its gradients. The kernel runs the recurrence: each step's ``(B, H)·(H, 4H)``
-product on W_hh packed once per call (MKL's packed GEMM) and the gate math vectorised in the same pass, on a team of
-threads that each own a range of hidden units; in the backward also W_hh's gradient, as GEMMs over all steps. On the
+product on W_hh packed once per call (on AVX-512 by its own register tiles, each followed by its gate math; elsewhere
+by MKL's packed GEMM) and the gate math vectorised, on a team of threads that each own a range of hidden units; in
+the backward also W_hh's gradient, as MKL GEMMs over all steps. On the
 embedding fold's path it reads layer 0's input gates from the projected table itself, and adds their gradient into
 it, where XLA would gather (T, B, 4H) and scatter it back.
 Forward and backward are one ``jax.custom_vjp``: the forward call keeps the activated gates and the cell states for
@@ -27,7 +28,6 @@ from jax_impl.stacks import Carry
 
 NAME = "lstm_kernel"
 TARGETS = ("lstm_kernel_forward", "lstm_kernel_backward")
-GEMM = "MKL cblas_sgemm_compute on W_hh packed by cblas_sgemm_pack (the MKL torch links)"
 
 
 def check_usable(dtype: str, platform: str) -> None:
@@ -50,10 +50,12 @@ def library() -> ctypes.CDLL:
 
 
 def describe(hidden: int) -> dict:
-    """What runs for layers of ``hidden`` units: the GEMM, the team's threads, and the gate math's functions."""
+    """What runs for layers of ``hidden`` units: each step's GEMM, the team's threads, and the gate math's functions."""
     lib = library()
-    return {"lstm_kernel": "kernel", "gemm": GEMM, "kernel_threads": int(lib.lstm_kernel_threads(hidden)),
-            "gate_math": "AVX-512, SLEEF's 1-ulp exp and tanh" if lib.lstm_kernel_vectorised()
+    vectorised = bool(lib.lstm_kernel_vectorised())
+    return {"lstm_kernel": "kernel", "gemm": "AVX-512 tiles" if vectorised else "MKL packed",
+            "kernel_threads": int(lib.lstm_kernel_threads(hidden)),
+            "gate_math": "AVX-512, SLEEF's 1-ulp exp and tanh" if vectorised
             else "scalar, the C library's exp and tanh"}
 
 
@@ -99,7 +101,7 @@ def _lstm_recurrence_backward(gathered, residuals, cotangents):
 lstm_recurrence.defvjp(_lstm_recurrence_forward, _lstm_recurrence_backward)
 
 
-def _layer(source, w_hh: Array, h0: Array, c0: Array, lengths: Array | None, precision):
+def kernel_recurrence(source, w_hh: Array, h0: Array, c0: Array, lengths: Array | None, precision):
     """:func:`lstm_recurrence` as :func:`jax_impl.recurrence.embedding_lstm_stack` calls a layer's recurrence:
     ``source`` the input projection (T, B, 4H), or (table_gates (V, 4H), tokens (T, B)) on the embedding fold's path.
     The kernel computes in full float32 whatever ``precision`` says (the CPU has no TF32)."""
@@ -122,4 +124,5 @@ def kernel_stack(table: Array, tokens: Array, weights: Sequence[LayerWeights], c
     (V, E); tokens (T, B) int32; ``lengths`` (B,) or None; ``masks``: None or L-1 (T, B, H) multipliers of the inputs
     of layers 1..L-1; ``embed_fold``: layer 0's projection from the projected table, as in the fused stack."""
     return recurrence.embedding_lstm_stack(table, tokens, weights, carry, lengths, masks, wavefront=False,
-                                           embed_fold=embed_fold, precision=precision, layer_recurrence=_layer)
+                                           embed_fold=embed_fold, precision=precision,
+                                           layer_recurrence=kernel_recurrence)

@@ -14,11 +14,13 @@
 //
 // How it runs: one team of threads per call, for the whole sequence. Thread k owns a contiguous range of hidden
 // units, so the gate math of a unit needs no other thread's results: each step it computes its units' four gate
-// columns by a GEMM against W_hh packed once per call (MKL's cblas_sgemm_pack / cblas_sgemm_compute, chosen by the
-// microbenchmark in benchmarks/PERFORMANCE.md; MKL is linked into the torch that is installed, which exports it),
-// then their gate math, vectorised. The threads meet at one barrier per step, where the next step's GEMM needs every
-// unit of h (forward) or every gate of dz (backward). The activations are SLEEF's 1-ulp exp and tanh (also from
-// torch) on AVX-512 and the C library's elsewhere: accurate float32 functions, no fast approximations.
+// columns by a GEMM against W_hh packed once per call, then their gate math, vectorised. On AVX-512 that GEMM is our
+// own register tile (6 rows by the 4 gates of 16 units), each tile's gate math right after it; elsewhere it is MKL's
+// packed GEMM (cblas_sgemm_pack / cblas_sgemm_compute, from the MKL linked into the installed torch, which exports
+// it), the fastest library by the microbenchmark in benchmarks/PERFORMANCE.md. The threads meet at one barrier per
+// step, where the next step's GEMM needs every unit of h (forward) or every gate of dz (backward). The activations are
+// SLEEF's 1-ulp exp and tanh (also from torch) on AVX-512 and the C library's elsewhere: accurate float32 functions,
+// no fast approximations.
 #include <immintrin.h>
 #include <omp.h>
 
@@ -74,7 +76,8 @@ Units units_of(int k, int n, int64_t hidden) {
 
 // The team: as many threads as OpenMP offers (OMP_NUM_THREADS, else the cores), but no more than the unit blocks.
 int team_size(int64_t hidden) {
-  return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(omp_get_max_threads(), (hidden + kLanes - 1) / kLanes)));
+  const int64_t blocks = (hidden + kLanes - 1) / kLanes;
+  return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(omp_get_max_threads(), blocks)));
 }
 
 struct AlignedFree {
@@ -96,12 +99,14 @@ std::atomic<bool> vectorised{__builtin_cpu_supports("avx512f") != 0};
 
 inline float sigmoid(float z) { return 1.0f / (1.0f + std::exp(-z)); }
 
-// Forward, one row: z = pre (the GEMM's four gate blocks of n, stride n) + gx (stride H) -> a (stride H), c in place,
-// h.
-void cell_scalar(int64_t n, int64_t hidden, const float* pre, const float* gx, float* a, float* c, float* h) {
+// Forward, one row: z = pre (the GEMM's four gate blocks, `stride` apart) + gx (stride H) -> a (stride H), c in
+// place, h.
+void cell_scalar(int64_t n, int64_t stride, int64_t hidden, const float* pre, const float* gx, float* a, float* c,
+                 float* h) {
   for (int64_t j = 0; j < n; ++j) {
-    const float i = sigmoid(pre[j] + gx[j]), f = sigmoid(pre[n + j] + gx[hidden + j]);
-    const float g = std::tanh(pre[2 * n + j] + gx[2 * hidden + j]), o = sigmoid(pre[3 * n + j] + gx[3 * hidden + j]);
+    const float i = sigmoid(pre[j] + gx[j]), f = sigmoid(pre[stride + j] + gx[hidden + j]);
+    const float g = std::tanh(pre[2 * stride + j] + gx[2 * hidden + j]);
+    const float o = sigmoid(pre[3 * stride + j] + gx[3 * hidden + j]);
     const float c_new = f * c[j] + i * g;
     a[j] = i, a[hidden + j] = f, a[2 * hidden + j] = g, a[3 * hidden + j] = o;
     c[j] = c_new;
@@ -118,14 +123,15 @@ inline __m512 sigmoid16(__m512 z) {
   return _mm512_div_ps(one, _mm512_add_ps(one, Sleef_expf16_u10(_mm512_sub_ps(_mm512_setzero_ps(), z))));
 }
 
-void cell_avx512(int64_t n, int64_t hidden, const float* pre, const float* gx, float* a, float* c, float* h) {
+void cell_avx512(int64_t n, int64_t stride, int64_t hidden, const float* pre, const float* gx, float* a, float* c,
+                 float* h) {
   for (int64_t j = 0; j < n; j += kLanes) {
     const __mmask16 m = n - j >= kLanes ? 0xFFFF : static_cast<__mmask16>((1u << (n - j)) - 1);
     auto load = [m](const float* p) { return _mm512_maskz_loadu_ps(m, p); };
     const __m512 i = sigmoid16(_mm512_add_ps(load(pre + j), load(gx + j)));
-    const __m512 f = sigmoid16(_mm512_add_ps(load(pre + n + j), load(gx + hidden + j)));
-    const __m512 g = Sleef_tanhf16_u10(_mm512_add_ps(load(pre + 2 * n + j), load(gx + 2 * hidden + j)));
-    const __m512 o = sigmoid16(_mm512_add_ps(load(pre + 3 * n + j), load(gx + 3 * hidden + j)));
+    const __m512 f = sigmoid16(_mm512_add_ps(load(pre + stride + j), load(gx + hidden + j)));
+    const __m512 g = Sleef_tanhf16_u10(_mm512_add_ps(load(pre + 2 * stride + j), load(gx + 2 * hidden + j)));
+    const __m512 o = sigmoid16(_mm512_add_ps(load(pre + 3 * stride + j), load(gx + 3 * hidden + j)));
     const __m512 c_new = _mm512_add_ps(_mm512_mul_ps(f, load(c + j)), _mm512_mul_ps(i, g));
     _mm512_mask_storeu_ps(a + j, m, i);
     _mm512_mask_storeu_ps(a + hidden + j, m, f);
@@ -172,7 +178,59 @@ void cell_backward_avx512(int64_t n, int64_t hidden, const float* a, const float
   }
 }
 
+// The forward's own GEMM on AVX-512: C (R, 64) = A (R, K; rows `lda` apart) . P (K, 64), P one panel of W_hh^T
+// packed row after row (pack_panels): the four gate columns of 16 units. R rows times 4 registers of accumulators stay
+// in registers over the whole K loop, so each step's product runs near the FMA units' peak and its result lands
+// where the gate math reads it.
+template <int R>
+void tile(const float* a, int64_t lda, int64_t k, const float* p, float* c) {
+  __m512 acc[R][4];
+  for (int r = 0; r < R; ++r)
+    for (int q = 0; q < 4; ++q) acc[r][q] = _mm512_setzero_ps();
+  for (int64_t i = 0; i < k; ++i) {
+    const float* row = p + i * 64;
+    const __m512 b0 = _mm512_load_ps(row), b1 = _mm512_load_ps(row + 16), b2 = _mm512_load_ps(row + 32),
+                 b3 = _mm512_load_ps(row + 48);
+    for (int r = 0; r < R; ++r) {
+      const __m512 x = _mm512_set1_ps(a[r * lda + i]);
+      acc[r][0] = _mm512_fmadd_ps(x, b0, acc[r][0]);
+      acc[r][1] = _mm512_fmadd_ps(x, b1, acc[r][1]);
+      acc[r][2] = _mm512_fmadd_ps(x, b2, acc[r][2]);
+      acc[r][3] = _mm512_fmadd_ps(x, b3, acc[r][3]);
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int q = 0; q < 4; ++q) _mm512_store_ps(c + r * 64 + q * 16, acc[r][q]);
+}
+
+constexpr int kTileRows = 6;  // 6 rows x 4 accumulators + 4 panel registers + 1 broadcast: 29 of 32 registers
+
+void tile_rows(int rows, const float* a, int64_t lda, int64_t k, const float* p, float* c) {
+  switch (rows) {
+    case 6: return tile<6>(a, lda, k, p, c);
+    case 5: return tile<5>(a, lda, k, p, c);
+    case 4: return tile<4>(a, lda, k, p, c);
+    case 3: return tile<3>(a, lda, k, p, c);
+    case 2: return tile<2>(a, lda, k, p, c);
+    default: return tile<1>(a, lda, k, p, c);
+  }
+}
+
 #pragma GCC pop_options
+
+// W_hh's rows of units [begin, begin + n), transposed into panels of 16 units: panel q holds, for each of the H
+// inputs k, the 64 floats W_hh[g H + begin + 16 q + j][k] for g = i, f, g, o and j < 16 (0 past the range).
+void pack_panels(const float* w, int64_t hidden, Units u, float* panels) {
+  const int64_t count = (u.size() + 15) / 16;
+  std::memset(panels, 0, sizeof(float) * count * hidden * 64);
+  for (int64_t q = 0; q < count; ++q)
+    for (int g = 0; g < 4; ++g)
+      for (int64_t j = 0; j < 16 && 16 * q + j < u.size(); ++j) {
+        const float* from = w + (g * hidden + u.begin + 16 * q + j) * hidden;
+        float* to = panels + q * hidden * 64 + g * 16 + j;
+        for (int64_t k = 0; k < hidden; ++k) to[k * 64] = from[k];
+      }
+}
 
 // Asks for the floats [begin, begin + n) of `blocks` blocks `stride` floats apart to be brought into the cache:
 // issued before a step's GEMM, the loads of its gate math then hit the cache (measured: without this, half the gate
@@ -219,11 +277,22 @@ class Scratch {
   static inline std::vector<std::pair<size_t, Floats>> pool_;
 };
 
+// W_hh's columns of units [begin, begin + n) in panels of 64 units: panel q holds, for each of the 4H gates k, the 64
+// floats W_hh[k][begin + 64 q + j] for j < 64 (0 past the range).
+void pack_columns(const float* w, int64_t hidden, Units u, float* panels) {
+  const int64_t count = (u.size() + 63) / 64;
+  std::memset(panels, 0, sizeof(float) * count * 4 * hidden * 64);
+  for (int64_t q = 0; q < count; ++q)
+    for (int64_t k = 0; k < 4 * hidden; ++k)
+      std::memcpy(panels + (q * 4 * hidden + k) * 64, w + k * hidden + u.begin + 64 * q,
+                  sizeof(float) * std::min<int64_t>(64, u.size() - 64 * q));
+}
+
 // ------------------------------------------------------------------------------------------- the team
 
-// Runs body(the units of thread k) for each thread k on a team of threads that computes under the caller's float rules (XLA's threads
-// flush denormals; OpenMP's workers must do the same for the result not to depend on which thread computed it), and
-// with MKL single-threaded inside (the team is the parallelism).
+// Runs body(the units of thread k) for each thread k of a team that computes under the caller's float rules (XLA's
+// threads flush denormals; OpenMP's workers must do the same for the result not to depend on which thread computed
+// it), and with MKL single-threaded inside (the team is the parallelism).
 template <typename Body>
 void on_team(int64_t hidden, Body body) {
   const unsigned csr = _mm_getcsr();
@@ -269,9 +338,15 @@ ffi::Error Forward(ffi::BufferR2<ffi::F32> source, ffi::BufferR2<ffi::S32> rows,
   std::memcpy(h_buffers.get(), h0.typed_data(), sizeof(float) * d.b * d.h);
   const bool vector = vectorised.load();
   on_team(d.h, [&](Units u) {
-    const int64_t n = u.size();
-    Floats packed, pre = floats(d.b * 4 * n), w_rows = floats(4 * n * d.h), scratch_a = floats(4 * d.h);
-    if (n > 0) {  // B = W_hh's rows of this thread's units, gate by gate, transposed: (H, 4n)
+    const int64_t n = u.size(), panels = (n + 15) / 16;
+    // AVX-512: our tile GEMM on W_hh packed in panels of 16 units, each tile's gate math right after it; else MKL's
+    // packed GEMM for all of the thread's units at once, then their gate math.
+    Floats packed = floats(vector ? panels * d.h * 64 : 0), pre = floats(vector ? kTileRows * 64 : d.b * 4 * n);
+    Floats scratch_a = floats(4 * d.h);
+    if (n > 0 && vector) {
+      pack_panels(w, d.h, u, packed.get());
+    } else if (n > 0) {  // B = W_hh's rows of this thread's units, gate by gate, transposed: (H, 4n)
+      Floats w_rows = floats(4 * n * d.h);
       for (int g = 0; g < 4; ++g) std::memcpy(w_rows.get() + g * n * d.h, w + (g * d.h + u.begin) * d.h,
                                               sizeof(float) * n * d.h);
       packed = floats(cblas_sgemm_pack_get_size(kBMatrix, d.b, 4 * n, d.h) / sizeof(float) + 1);
@@ -280,26 +355,36 @@ ffi::Error Forward(ffi::BufferR2<ffi::F32> source, ffi::BufferR2<ffi::S32> rows,
     for (int64_t t = 0; t < d.t; ++t) {
       const float* h_prev = h_buffers.get() + (t % 2) * d.b * d.h;
       float* h_next = h_buffers.get() + ((t + 1) % 2) * d.b * d.h;
+      // Row b's units [u.begin + j0, + m) of this step, from their four gates' products at `gates` (`stride` apart).
+      auto finish = [&](int64_t b, int64_t j0, int64_t m, const float* gates, int64_t stride) {
+        const int64_t row = b * d.h + u.begin + j0, step_row = t * d.b * d.h + row;
+        float* a_row = train ? a + (t * d.b + b) * 4 * d.h + u.begin + j0 : scratch_a.get();
+        if (t < len[b]) {
+          (vector ? cell_avx512 : cell_scalar)(m, stride, d.h, gates, gx.at(t * d.b + b) + u.begin + j0, a_row,
+                                               c + row, h_next + row);
+          std::memcpy(ys + step_row, h_next + row, sizeof(float) * m);
+        } else {  // past the row's last token: the carry stays, the output is 0, the gates are never read
+          std::memcpy(h_next + row, h_prev + row, sizeof(float) * m);
+          std::memset(ys + step_row, 0, sizeof(float) * m);
+          if (train)
+            for (int g = 0; g < 4; ++g) std::memset(a_row + g * d.h, 0, sizeof(float) * m);
+        }
+        if (train) std::memcpy(cs + step_row, c + row, sizeof(float) * m);
+      };
       if (n > 0) {
         for (int64_t b = 0; b < d.b; ++b) prefetch(gx.at(t * d.b + b) + u.begin, n, 4, d.h);
-        cblas_sgemm_compute(kRowMajor, kNoTrans, kPacked, d.b, 4 * n, d.h, h_prev, d.h, packed.get(), 4 * n, 0.0f,
-                            pre.get(), 4 * n);
-        for (int64_t b = 0; b < d.b; ++b) {
-          const int64_t row = b * d.h + u.begin, step_row = t * d.b * d.h + row;
-          float* out = ys + step_row;
-          if (t < len[b]) {
-            float* a_row = train ? a + (t * d.b + b) * 4 * d.h + u.begin : scratch_a.get();
-            (vector ? cell_avx512 : cell_scalar)(n, d.h, pre.get() + b * 4 * n, gx.at(t * d.b + b) + u.begin, a_row,
-                                                 c + row, h_next + row);
-            std::memcpy(out, h_next + row, sizeof(float) * n);
-          } else {  // past the row's last token: the carry stays, the output is 0, the gates are never read
-            std::memcpy(h_next + row, h_prev + row, sizeof(float) * n);
-            std::memset(out, 0, sizeof(float) * n);
-            if (train)
-              for (int g = 0; g < 4; ++g) std::memset(a + (t * d.b + b) * 4 * d.h + g * d.h + u.begin, 0,
-                                                      sizeof(float) * n);
-          }
-          if (train) std::memcpy(cs + step_row, c + row, sizeof(float) * n);
+        if (vector) {
+          for (int64_t q = 0; q < panels; ++q)
+            for (int64_t b0 = 0; b0 < d.b; b0 += kTileRows) {
+              const int rows = static_cast<int>(std::min<int64_t>(kTileRows, d.b - b0));
+              tile_rows(rows, h_prev + b0 * d.h, d.h, d.h, packed.get() + q * d.h * 64, pre.get());
+              for (int r = 0; r < rows; ++r) finish(b0 + r, 16 * q, std::min<int64_t>(16, n - 16 * q),
+                                                    pre.get() + r * 64, 16);
+            }
+        } else {
+          cblas_sgemm_compute(kRowMajor, kNoTrans, kPacked, d.b, 4 * n, d.h, h_prev, d.h, packed.get(), 4 * n,
+                              0.0f, pre.get(), 4 * n);
+          for (int64_t b = 0; b < d.b; ++b) finish(b, 0, n, pre.get() + b * 4 * n, n);
         }
       }
 #pragma omp barrier
@@ -348,13 +433,16 @@ ffi::Error Backward(ffi::BufferR2<ffi::S32> rows, ffi::BufferR2<ffi::F32> w_hh, 
   Floats dh_step = floats(d.b * d.h);  // dh_t + dy_t: the step's total gradient of h
   const bool vector = vectorised.load();
   on_team(d.h, [&](Units u) {
-    const int64_t n = u.size();
-    Floats packed;
-    if (n > 0) {  // B = W_hh's columns of this thread's units: (4H, n)
-      packed = floats(cblas_sgemm_pack_get_size(kBMatrix, d.b, n, 4 * d.h) / sizeof(float) + 1);
-      cblas_sgemm_pack(kRowMajor, kBMatrix, kNoTrans, d.b, n, 4 * d.h, 1.0f, w + u.begin, d.h, packed.get());
+    const int64_t n = u.size(), width = 4 * d.h, panels = (n + 63) / 64;
+    // B = W_hh's columns of this thread's units, (4H, n): in panels of 64 units for our tiles on AVX-512, else
+    // packed by MKL.
+    Floats packed = floats(vector ? panels * width * 64 : 0), tile_out = floats(kTileRows * 64);
+    if (n > 0 && vector) {
+      pack_columns(w, d.h, u, packed.get());
+    } else if (n > 0) {
+      packed = floats(cblas_sgemm_pack_get_size(kBMatrix, d.b, n, width) / sizeof(float) + 1);
+      cblas_sgemm_pack(kRowMajor, kBMatrix, kNoTrans, d.b, n, width, 1.0f, w + u.begin, d.h, packed.get());
     }
-    const int64_t width = 4 * d.h;
     if (gathered)  // this thread's columns of d_source, zeroed: the steps add into them
       for (int64_t r = 0; r < sources; ++r)
         for (int g = 0; g < 4; ++g) std::memset(ds + r * width + g * d.h + u.begin, 0, sizeof(float) * n);
@@ -379,9 +467,21 @@ ffi::Error Backward(ffi::BufferR2<ffi::S32> rows, ffi::BufferR2<ffi::F32> w_hh, 
         }
       }
 #pragma omp barrier
-      if (n > 0) {  // dh_{t-1} of this thread's units = dz_t (B, 4H) . W_hh[:, units]
-        cblas_sgemm_compute(kRowMajor, kNoTrans, kPacked, d.b, n, 4 * d.h, dzs + t * d.b * 4 * d.h, 4 * d.h,
-                            packed.get(), n, 0.0f, dh + u.begin, d.h);
+      const float* dz_t = dzs + t * d.b * width;
+      if (n > 0 && vector) {  // dh_{t-1} of this thread's units = dz_t (B, 4H) . W_hh[:, units]
+        for (int64_t q = 0; q < panels; ++q)
+          for (int64_t b0 = 0; b0 < d.b; b0 += kTileRows) {
+            const int rows = static_cast<int>(std::min<int64_t>(kTileRows, d.b - b0));
+            tile_rows(rows, dz_t + b0 * width, width, width, packed.get() + q * width * 64, tile_out.get());
+            for (int r = 0; r < rows; ++r)
+              std::memcpy(dh + (b0 + r) * d.h + u.begin + 64 * q, tile_out.get() + r * 64,
+                          sizeof(float) * std::min<int64_t>(64, n - 64 * q));
+          }
+      } else if (n > 0) {
+        cblas_sgemm_compute(kRowMajor, kNoTrans, kPacked, d.b, n, width, dz_t, width, packed.get(), n, 0.0f,
+                            dh + u.begin, d.h);
+      }
+      if (n > 0) {
         for (int64_t b = 0; b < d.b; ++b)
           if (t >= len[b]) std::memcpy(dh + b * d.h + u.begin, dh_step.get() + b * d.h + u.begin, sizeof(float) * n);
       }
