@@ -3,9 +3,10 @@
 Times one recurrence step's product, (B, H)·(H, 4H) at the seed's (50, 256)·(256, 1024), the way
 ``jax_impl/native/lstm_kernel.cc`` runs it (a team of threads, each computing its own columns, meeting at a barrier
 after every product), for each candidate library in this environment: MKL's packed GEMM and plain sgemm (from the
-installed torch) and OpenBLAS's sgemm (from the installed numpy), on one thread and on the team. For reference,
-XLA's own dot on the same shapes, chained as in a loop. Prints one Markdown table; the kernel takes the fastest
-library on the team (benchmarks/PERFORMANCE.md records the figures).
+installed torch) and OpenBLAS's sgemm (from the installed numpy), on one thread and on the team; then the kernel's
+own AVX-512 register tiles, on the team, as its forward runs them; for reference, XLA's own dot on the same shapes,
+chained as in a loop. Prints one Markdown table (benchmarks/PERFORMANCE.md records the figures): the kernel runs its
+tiles where the CPU has AVX-512, and the fastest library elsewhere.
 """
 import argparse
 import ctypes
@@ -39,6 +40,12 @@ def library() -> ctypes.CDLL:
     lib.gemm_choice_gflops.restype = ctypes.c_double
     lib.gemm_choice_gflops.argtypes = [ctypes.c_char_p, *[ctypes.c_int] * 5, ctypes.c_char_p]
     return lib
+
+
+def native_reason() -> str | None:
+    """Why the kernel's library cannot run here, or None."""
+    from jax_impl import kernel, native
+    return native.unavailable(kernel.NAME)
 
 
 def xla_gflops(reps: int) -> float:
@@ -78,6 +85,9 @@ def main(argv=None) -> int:
         one, all_ = (lib.gemm_choice_gflops(name.encode(), m, k, n, t, args.reps, openblas_path().encode())
                      for t in (1, team))
         print(f"| {what} | " + " | ".join(f"{g:.0f}" if g > 0 else "n/a" for g in (one, all_)) + " |")
+    from jax_impl import kernel
+    tiles = kernel.library().lstm_kernel_tile_gflops(m, k, args.reps) if not native_reason() else -1
+    print(f"| lstm_kernel's AVX-512 register tiles | | {f'{tiles:.0f}' if tiles > 0 else 'n/a'} |")
     print(f"| XLA's dot in a fori_loop (its own threads) | | {xla_gflops(args.reps // 4):.0f} |")
     return 0
 

@@ -46,6 +46,8 @@ def library() -> ctypes.CDLL:
     lib = native.load(NAME, TARGETS)
     lib.lstm_kernel_threads.restype = lib.lstm_kernel_vectorised.restype = ctypes.c_int64
     lib.lstm_kernel_threads.argtypes = [ctypes.c_int64]
+    lib.lstm_kernel_tile_gflops.restype = ctypes.c_double
+    lib.lstm_kernel_tile_gflops.argtypes = [ctypes.c_int64] * 3
     return lib
 
 

@@ -26,6 +26,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -543,6 +544,33 @@ extern "C" double lstm_kernel_team_flush_fraction(int64_t hidden) {
   });
   _mm_setcsr(before);
   return static_cast<double>(flushed) / threads;
+}
+
+// GFLOP/s of the forward's step product as the kernel runs it on AVX-512, for benchmarks.gemm_choice: (b, h) . (h, 4h)
+// by the team's register tiles over W_hh packed in panels, a barrier after each product; best of 5 runs of `reps`.
+// -1 without AVX-512.
+extern "C" double lstm_kernel_tile_gflops(int64_t b, int64_t h, int64_t reps) {
+  if (!__builtin_cpu_supports("avx512f")) return -1;
+  std::vector<float> w(4 * h * h, 0.01f), x(b * h, 0.02f);
+  double best = 1e30;
+  for (int run = 0; run < 5; ++run) {
+    const auto start = std::chrono::steady_clock::now();
+    on_team(h, [&](Units u) {
+      const int64_t panels = (u.size() + 15) / 16;
+      Floats packed = floats(panels * h * 64), out = floats(kTileRows * 64);
+      pack_panels(w.data(), h, u, packed.get());
+#pragma omp barrier
+      for (int64_t i = 0; i < reps; ++i) {
+        for (int64_t q = 0; q < panels; ++q)
+          for (int64_t b0 = 0; b0 < b; b0 += kTileRows)
+            tile_rows(static_cast<int>(std::min<int64_t>(kTileRows, b - b0)), x.data() + b0 * h, h, h,
+                      packed.get() + q * h * 64, out.get());
+#pragma omp barrier
+      }
+    });
+    best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  }
+  return 2.0 * b * h * 4 * h * reps / best / 1e9;
 }
 
 // The team's size for a layer of `hidden` units (for the bench's provenance).
