@@ -49,7 +49,7 @@ $(STAMP): pyproject.toml
 	@echo '$(SPECS)' > $@
 
 NATIVE := jax_impl/native/build/.built
-$(NATIVE): $(STAMP) $(wildcard jax_impl/native/*.cc jax_impl/native/*.py)
+$(NATIVE): $(STAMP) $(wildcard jax_impl/native/*.cc jax_impl/native/*.h jax_impl/native/*.py)
 	$(PY) -m jax_impl.native.build
 	@touch $@
 
