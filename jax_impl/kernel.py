@@ -5,11 +5,10 @@ Each layer's input projection stays in XLA (:func:`jax_impl.recurrence.embedding
 through the embedding fold), and so do its gradients. The kernel runs the recurrence: each step's ``(B, H)·(H, 4H)``
 product on W_hh packed once per call (on AVX-512 by its own register tiles, each followed by its gate math; elsewhere
 by MKL's packed GEMM) and the gate math vectorised, on a team of threads that each own a range of hidden units; in
-the backward also W_hh's gradient, as MKL GEMMs over all steps. On the
-embedding fold's path it reads layer 0's input gates from the projected table itself, and adds their gradient into
-it, where XLA would gather (T, B, 4H) and scatter it back.
-Forward and backward are one ``jax.custom_vjp``: the forward call keeps the activated gates and the cell states for
-the backward one where a gradient is taken. Sequence lengths (``--padding right``) are the kernel's own: from step
+the backward also W_hh's gradient, as MKL GEMMs over all steps. On the embedding fold's path it reads layer 0's input
+gates from the projected table itself, and adds their gradient into it, where XLA would gather (T, B, 4H) and
+scatter it back. Forward and backward are one ``jax.custom_vjp``: the forward call keeps the activated gates and the
+cell states for the backward one where a gradient is taken. Sequence lengths (``--padding right``) are the kernel's own: from step
 ``lengths[b]`` on, row b's carry stays. Float32 only: the kernel has no bfloat16 or float64 path.
 """
 from __future__ import annotations
@@ -46,8 +45,9 @@ def library() -> ctypes.CDLL:
     lib = native.load(NAME, TARGETS)
     lib.lstm_kernel_threads.restype = lib.lstm_kernel_vectorised.restype = ctypes.c_int64
     lib.lstm_kernel_threads.argtypes = [ctypes.c_int64]
-    lib.lstm_kernel_tile_gflops.restype = ctypes.c_double
+    lib.lstm_kernel_tile_gflops.restype = lib.lstm_kernel_team_flush_fraction.restype = ctypes.c_double
     lib.lstm_kernel_tile_gflops.argtypes = [ctypes.c_int64] * 3
+    lib.lstm_kernel_team_flush_fraction.argtypes = [ctypes.c_int64]
     return lib
 
 
@@ -88,14 +88,17 @@ def lstm_recurrence(source: Array, rows: Array, w_hh: Array, h0: Array, c0: Arra
 
 def _lstm_recurrence_forward(source, rows, w_hh, h0, c0, lengths, gathered):
     ys, h, c, gates, c_after = _forward(source, rows, w_hh, h0, c0, lengths, train=True)
-    return (ys, (h, c)), (source, rows, w_hh, h0, c0, lengths, ys, gates, c_after)
+    # Of the source only its row count is needed: a (N, 0) array carries it without keeping the source alive.
+    return (ys, (h, c)), (jnp.zeros((source.shape[0], 0), source.dtype), rows, w_hh, h0, c0, lengths, ys, gates,
+                          c_after)
 
 
 def _lstm_recurrence_backward(gathered, residuals, cotangents):
-    source, rows, w_hh, h0, c0, lengths, ys, gates, c_after = residuals
+    source_rows, rows, w_hh, h0, c0, lengths, ys, gates, c_after = residuals
     dy, (dh, dc) = cotangents
     like = lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype)  # noqa: E731
-    d_source, dw_hh, dh0, dc0 = jax.ffi.ffi_call(TARGETS[1], (like(source), like(w_hh), like(h0), like(c0)))(
+    d_source = jax.ShapeDtypeStruct((source_rows.shape[0], gates.shape[-1]), gates.dtype)
+    d_source, dw_hh, dh0, dc0 = jax.ffi.ffi_call(TARGETS[1], (d_source, like(w_hh), like(h0), like(c0)))(
         rows, w_hh, h0, ys, gates, c_after, c0, lengths, dy, dh, dc, gathered=gathered)
     return d_source, None, dw_hh, dh0, dc0, None
 
@@ -109,15 +112,15 @@ def kernel_recurrence(source, w_hh: Array, h0: Array, c0: Array, lengths: Array 
     The kernel computes in full float32 whatever ``precision`` says (the CPU has no TF32)."""
     del precision
     if isinstance(source, tuple):
-        table_gates, tokens = source
+        gate_rows, tokens = source
         rows, gathered = tokens.astype(jnp.int32), True
     else:
         steps, batch, width = source.shape
-        table_gates = source.reshape(steps * batch, width)
+        gate_rows = source.reshape(steps * batch, width)
         rows, gathered = jnp.arange(steps * batch, dtype=jnp.int32).reshape(steps, batch), False
     if lengths is None:
         lengths = jnp.full(rows.shape[1], rows.shape[0], jnp.int32)
-    return lstm_recurrence(table_gates, rows, w_hh, h0, c0, lengths.astype(jnp.int32), gathered)
+    return lstm_recurrence(gate_rows, rows, w_hh, h0, c0, lengths.astype(jnp.int32), gathered)
 
 
 def kernel_stack(table: Array, tokens: Array, weights: Sequence[LayerWeights], carry: Carry, lengths: Array | None,

@@ -37,7 +37,7 @@ def _project(x: Array, w_ih: Array, b_ih: Array, b_hh: Array, precision: lax.Pre
     return (dot(x.reshape(steps * batch, -1), w_ih.T, precision) + (b_ih + b_hh)).reshape(steps, batch, -1)
 
 
-def weight_grad(dz: Array, inputs: Array, precision: lax.Precision) -> Array:
+def _weight_grad(dz: Array, inputs: Array, precision: lax.Precision) -> Array:
     """Σ_t dz_t^T inputs_t as one 2-D matmul (as in ``_project``): dz (T, B, 4H), inputs (T, B, D) → (4H, D)."""
     return dot(dz.reshape(-1, dz.shape[-1]).T, inputs.reshape(-1, inputs.shape[-1]), precision)
 
@@ -169,7 +169,7 @@ def _recurrence_backward(precision, r: LayerResiduals, cotangents):
 
     (dh0, dc0), dz = lax.scan(step, (dh, dc), (jnp.arange(r.gates.shape[0]), d_ys, r.mask), reverse=True,
                               unroll=UNROLL)
-    return dz, weight_grad(dz, r.h_before, precision), dh0, dc0, None
+    return dz, _weight_grad(dz, r.h_before, precision), dh0, dc0, None
 
 
 @partial(jax.custom_vjp, nondiff_argnums=(5,))
@@ -311,14 +311,14 @@ def _wave_backward(precision, r: WaveResiduals, cotangents):
     ((dz0, dz1), dh0, dc0, dh1, dc1), _ = lax.scan(
         step, (grads, dh0, dc0, dh1, dc1), (jnp.arange(steps), r.mask, r.prev_mask), reverse=True, unroll=UNROLL)
     # Layer 1: rows hold times -1..T-2 (row 0 is zero), plus the peeled last step.
-    d_w1 = (weight_grad(dz1, r.layer1_inputs, precision)
+    d_w1 = (_weight_grad(dz1, r.layer1_inputs, precision)
             + dot(dz1_last.T, r.layer1_inputs_last, precision))  # (4H, 2H) = [dW_ih1 | dW_hh1]
     d_b1 = dz1.sum(axis=(0, 1)) + dz1_last.sum(axis=0)
     d_p1 = (*jnp.split(d_w1, 2, axis=-1), d_b1, d_b1)
     # On the table path the gradient of a gather: every time-step row adds into its token's row.
     table = r.table_source
     d_source = dz0 if table is None else (jnp.zeros_like(table[0]).at[table[1]].add(dz0), None)
-    return d_source, weight_grad(dz0, r.h0_before, precision), d_p1, (dh0, dc0), (dh1, dc1), None, None
+    return d_source, _weight_grad(dz0, r.h0_before, precision), d_p1, (dh0, dc0), (dh1, dc1), None, None
 
 
 @partial(jax.custom_vjp, nondiff_argnums=(7,))
@@ -364,12 +364,11 @@ def embedding_lstm_stack(table: Array, tokens: Array, layer_params: Sequence[Lay
     if wavefront and len(layer_params) == 2:
         return _wave(source, layer_params[0][1], tuple(layer_params[1]), tuple(carries[0]), tuple(carries[1]),
                      _mask(lengths, tokens.shape[0]), None if dropout_masks is None else dropout_masks[0], precision)
-    gates = source
     finals = []
     for k, (params, (h0, c0)) in enumerate(zip(layer_params, carries)):
         if k > 0:  # the previous layer's outputs are this layer's input
             x = x if dropout_masks is None else x * dropout_masks[k - 1].astype(x.dtype)
-            gates = _project(x, params[0], params[2], params[3], precision)
-        x, final = layer_recurrence(gates, params[1], h0, c0, lengths, precision)
+            source = _project(x, params[0], params[2], params[3], precision)
+        x, final = layer_recurrence(source, params[1], h0, c0, lengths, precision)
         finals.append(final)
     return tuple(finals)

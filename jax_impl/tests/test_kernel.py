@@ -5,7 +5,6 @@ thread as XLA does; and what it cannot compute is refused in one line. Skipped, 
 was not built."""
 from __future__ import annotations
 
-import ctypes
 import json
 import os
 import subprocess
@@ -135,10 +134,7 @@ def test_every_thread_flushes_denormals_as_xla_does():
 @needs_library
 def test_every_thread_of_the_team_takes_the_callers_float_rules_however_it_was_started():
     # Threads OpenMP started for a caller that kept denormals still flush when the caller flushes.
-    library = kernel.library()
-    library.lstm_kernel_team_flush_fraction.restype = ctypes.c_double
-    library.lstm_kernel_team_flush_fraction.argtypes = [ctypes.c_int64]
-    assert library.lstm_kernel_team_flush_fraction(256) == 1.0
+    assert kernel.library().lstm_kernel_team_flush_fraction(256) == 1.0
 
 
 @needs_library
