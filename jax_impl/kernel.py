@@ -8,8 +8,8 @@ by MKL's packed GEMM) and the gate math vectorised, on a team of threads that ea
 the backward also W_hh's gradient, as MKL GEMMs over all steps. On the embedding fold's path it reads layer 0's input
 gates from the projected table itself, and adds their gradient into it, where XLA would gather (T, B, 4H) and
 scatter it back. Forward and backward are one ``jax.custom_vjp``: the forward call keeps the activated gates and the
-cell states for the backward one where a gradient is taken. Sequence lengths (``--padding right``) are the kernel's own: from step
-``lengths[b]`` on, row b's carry stays. Float32 only: the kernel has no bfloat16 or float64 path.
+cell states for the backward one where a gradient is taken. Sequence lengths (``--padding right``) are the kernel's
+own: from step ``lengths[b]`` on, row b's carry stays. Float32 only: the kernel has no bfloat16 or float64 path.
 """
 from __future__ import annotations
 
