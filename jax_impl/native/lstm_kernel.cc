@@ -205,12 +205,12 @@ ffi::Error Forward(ffi::BufferR2<ffi::F32> source, ffi::BufferR2<ffi::S32> rows,
     for (int64_t t = 0; t < d.t; ++t) {
       const float* h_prev = h_buffers.get() + (t % 2) * d.b * d.h;
       float* h_next = h_buffers.get() + ((t + 1) % 2) * d.b * d.h;
-      // Row b's units [u.begin + j0, + m) of this step, from their four gates' products at `gates` (`stride` apart).
-      auto finish = [&](int64_t b, int64_t j0, int64_t m, const float* gates, int64_t stride) {
+      // Row b's units [u.begin + j0, + m) of this step, from their four gates' products (`stride` apart).
+      auto finish = [&](int64_t b, int64_t j0, int64_t m, const float* products, int64_t stride) {
         const int64_t row = b * d.h + u.begin + j0, step_row = t * d.b * d.h + row;
         float* a_row = train ? a + (t * d.b + b) * 4 * d.h + u.begin + j0 : scratch_a.get();
         if (t < len[b]) {
-          (vector ? cell_avx512 : cell_scalar)(m, stride, d.h, gates, gx.at(t * d.b + b) + u.begin + j0, a_row,
+          (vector ? cell_avx512 : cell_scalar)(m, stride, d.h, products, gx.at(t * d.b + b) + u.begin + j0, a_row,
                                                c + row, h_next + row);
           std::memcpy(ys + step_row, h_next + row, sizeof(float) * m);
         } else {  // past the row's last token: the carry stays, the output is 0, the gates are never read
