@@ -35,7 +35,8 @@ def library() -> ctypes.CDLL:
         build.build(build.EXTENSIONS["gemm_choice"])
     reason = native.unavailable("gemm_choice")
     if reason:
-        raise SystemExit(f"error: {reason}")
+        print(f"error: {reason}", file=sys.stderr)
+        raise SystemExit(2)
     lib = ctypes.CDLL(str(native.library_path("gemm_choice")))
     lib.gemm_choice_gflops.restype = ctypes.c_double
     lib.gemm_choice_gflops.argtypes = [ctypes.c_char_p, *[ctypes.c_int] * 5, ctypes.c_char_p]
@@ -88,7 +89,7 @@ def main(argv=None) -> int:
     from jax_impl import kernel
     tiles = kernel.library().lstm_kernel_tile_gflops(m, k, args.reps) if not native_reason() else -1
     print(f"| lstm_kernel's AVX-512 register tiles | | {f'{tiles:.0f}' if tiles > 0 else 'n/a'} |")
-    print(f"| XLA's dot in a fori_loop (its own threads) | | {xla_gflops(args.reps // 4):.0f} |")
+    print(f"| XLA's dot in a fori_loop (its own threads) | | {xla_gflops(max(1, args.reps // 4)):.0f} |")
     return 0
 
 

@@ -1,0 +1,24 @@
+"""The GEMM microbenchmark: one table row per candidate, each a positive GFLOP/s; a bad flag is one line and exit 2."""
+import re
+
+import pytest
+
+from benchmarks import gemm_choice
+from jax_impl import kernel, native
+
+
+@pytest.mark.skipif(native.unavailable("lstm_kernel") is not None, reason=str(native.unavailable("lstm_kernel")))
+def test_every_candidate_gets_a_row_with_a_positive_rate(capsys):
+    assert gemm_choice.main(["--reps", "3"]) == 0
+    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| ") and "GEMM |" not in line]
+    names = [row.split(" | ")[0].removeprefix("| ") for row in rows]
+    assert names == [*gemm_choice.BACKENDS.values(), "lstm_kernel's AVX-512 register tiles",
+                     "XLA's dot in a fori_loop (its own threads)"]
+    rates = [[float(x) for x in re.findall(r"\| (\d+)(?= \|)", row)] for row in rows]
+    tiles = 1 if kernel.library().lstm_kernel_vectorised() else 0  # n/a without AVX-512
+    assert [len(r) for r in rates] == [2, 2, 2, tiles, 1] and all(x > 0 for r in rates for x in r), rows
+
+
+def test_a_bad_repetition_count_is_one_line_and_exit_2(capsys):
+    assert gemm_choice.main(["--reps", "0"]) == 2
+    assert capsys.readouterr().err == "error: --reps must be at least 1\n"
