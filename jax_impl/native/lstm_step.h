@@ -104,10 +104,10 @@ void cell_backward_avx512(int64_t n, int64_t hidden, const float* a, const float
   }
 }
 
-// The forward's own GEMM on AVX-512: C (R, 64) = A (R, K; rows `lda` apart) . P (K, 64), P one panel of W_hh^T
-// packed row after row (pack_panels): the four gate columns of 16 units. R rows times 4 registers of accumulators stay
-// in registers over the whole K loop, so each step's product runs near the FMA units' peak and its result lands
-// where the gate math reads it.
+// Each step's GEMM on AVX-512: C (R, 64) = A (R, K; rows `lda` apart) . P (K, 64), P one panel of W_hh packed row
+// after row: in the forward (pack_panels) the four gate columns of 16 units, in the backward (pack_columns) 64 units
+// of dh. R rows times 4 registers of accumulators stay in registers over the whole K loop, so the product runs near
+// the FMA units' peak and lands where the gate math reads it.
 template <int R>
 void tile(const float* a, int64_t lda, int64_t k, const float* p, float* c) {
   __m512 acc[R][4];
