@@ -11,21 +11,11 @@
 #include <cstring>
 #include <vector>
 
-extern "C" {
-size_t cblas_sgemm_pack_get_size(int identifier, int m, int n, int k);
-void cblas_sgemm_pack(int layout, int identifier, int trans, int m, int n, int k, float alpha, const float* src,
-                      int ld, float* dest);
-void cblas_sgemm_compute(int layout, int transa, int transb, int m, int n, int k, const float* a, int lda,
-                         const float* b, int ldb, float beta, float* c, int ldc);
-void sgemm_(const char* transa, const char* transb, const int* m, const int* n, const int* k, const float* alpha,
-            const float* a, const int* lda, const float* b, const int* ldb, const float* beta, float* c,
-            const int* ldc);
-int MKL_Set_Num_Threads_Local(int threads);
-}
+#include "mkl_exports.h"
 
 namespace {
 
-constexpr int kRowMajor = 101, kNoTrans = 111, kPacked = 151, kBMatrix = 162;
+using namespace mkl_exports;  // the CBLAS enum values
 using OpenBlasSgemm = void (*)(int, int, int, int64_t, int64_t, int64_t, float, const float*, int64_t, const float*,
                                int64_t, float, float*, int64_t);  // cblas_sgemm with 64-bit integers
 using OpenBlasThreads = void (*)(int);

@@ -37,26 +37,14 @@
 #include <vector>
 
 #include "lstm_step.h"
+#include "mkl_exports.h"
 #include "xla/ffi/api/ffi.h"
 
 namespace ffi = xla::ffi;
 
-extern "C" {
-// MKL's packed CBLAS GEMM and Fortran sgemm, as libtorch_cpu exports them (no MKL headers ship with torch).
-size_t cblas_sgemm_pack_get_size(int identifier, int m, int n, int k);
-void cblas_sgemm_pack(int layout, int identifier, int trans, int m, int n, int k, float alpha, const float* src,
-                      int ld, float* dest);
-void cblas_sgemm_compute(int layout, int transa, int transb, int m, int n, int k, const float* a, int lda,
-                         const float* b, int ldb, float beta, float* c, int ldc);
-void sgemm_(const char* transa, const char* transb, const int* m, const int* n, const int* k, const float* alpha,
-            const float* a, const int* lda, const float* b, const int* ldb, const float* beta, float* c,
-            const int* ldc);
-int MKL_Set_Num_Threads_Local(int threads);
-}
-
 namespace {
 
-constexpr int kRowMajor = 101, kNoTrans = 111, kTrans = 112, kPacked = 151, kBMatrix = 162;
+using namespace mkl_exports;  // the CBLAS enum values
 using namespace lstm_step;  // kLanes: units are dealt to threads in blocks of one AVX-512 register
 
 struct Dims {
