@@ -18,8 +18,8 @@ import pytest
 from common.errors import UnsupportedError
 from jax_impl import kernel, native, recurrence
 from jax_impl.model import resolve_lstm_impl
-from jax_impl.tests.test_recurrence import (LENGTHS, _assert_close, _embedding_args, _stack_args, _stack_loss,
-                                            reference_stack)
+from jax_impl.tests.test_recurrence import (LENGTHS, _assert_close, _embedding_args, _stack_loss,
+                                            assert_stack_matches_reference, reference_stack)
 
 needs_library = pytest.mark.skipif(native.unavailable(kernel.NAME) is not None,
                                    reason=str(native.unavailable(kernel.NAME)))
@@ -33,17 +33,8 @@ HIGHEST = jax.lax.Precision.HIGHEST
 @pytest.mark.parametrize("layers", [1, 2, 3])
 @pytest.mark.parametrize("with_lengths", [False, True], ids=["full", "lengths"])
 def test_final_carries_and_gradients_equal_jax_grad_of_the_reference(layers, with_lengths):
-    table, tokens, weights, carries, masks = _stack_args(0, jnp.float32, layers)
-    lengths = jnp.asarray(LENGTHS) if with_lengths else None
-    loss = _stack_loss(kernel.kernel_stack, 0, jnp.float32, tokens, lengths, masks or None, layers)
-    reference = _stack_loss(reference_stack, 0, jnp.float32, tokens, lengths, masks or None, layers)
-    (value, finals), grads = jax.jit(jax.value_and_grad(loss, argnums=(0, 1, 2), has_aux=True))(
-        table, weights, carries)
-    (value_r, finals_r), grads_r = jax.value_and_grad(reference, argnums=(0, 1, 2), has_aux=True)(
-        table, weights, carries)
-    _assert_close(finals, finals_r, REL_TOL)
-    _assert_close(grads, grads_r, REL_TOL)
-    assert abs(float(value) - float(value_r)) <= REL_TOL * abs(float(value_r))
+    assert_stack_matches_reference(kernel.kernel_stack, layers, jnp.asarray(LENGTHS) if with_lengths else None,
+                                   REL_TOL)
 
 
 @needs_library

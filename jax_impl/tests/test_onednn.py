@@ -20,7 +20,8 @@ from common.errors import UnsupportedError
 from jax_impl import native, onednn
 from jax_impl.model import resolve_lstm_impl
 from jax_impl.tests.test_model import refusal
-from jax_impl.tests.test_recurrence import B, H, T, _assert_close, _stack_args, _stack_loss, reference_stack
+from jax_impl.tests.test_recurrence import (B, H, T, _assert_close, _stack_args, _stack_loss,
+                                            assert_stack_matches_reference, reference_stack)
 
 needs_library = pytest.mark.skipif(native.unavailable("onednn_lstm") is not None,
                                    reason=str(native.unavailable("onednn_lstm")))
@@ -32,17 +33,7 @@ REL_TOL = 2e-5
 @needs_library
 @pytest.mark.parametrize("layers", [1, 2, 3])
 def test_final_carries_and_gradients_equal_jax_grad_of_the_reference(layers):
-    table, tokens, weights, carries, masks = _stack_args(0, jnp.float32, layers)
-    masks = masks or None
-    loss = _stack_loss(onednn.onednn_stack, 0, jnp.float32, tokens, None, masks, layers)
-    reference = _stack_loss(reference_stack, 0, jnp.float32, tokens, None, masks, layers)
-    (value, finals), grads = jax.jit(jax.value_and_grad(loss, argnums=(0, 1, 2), has_aux=True))(
-        table, weights, carries)
-    (value_r, finals_r), grads_r = jax.value_and_grad(reference, argnums=(0, 1, 2), has_aux=True)(
-        table, weights, carries)
-    _assert_close(finals, finals_r, REL_TOL)
-    _assert_close(grads, grads_r, REL_TOL)
-    assert abs(float(value) - float(value_r)) <= REL_TOL * abs(float(value_r))
+    assert_stack_matches_reference(onednn.onednn_stack, layers, None, REL_TOL)
 
 
 @pytest.mark.skipif(refusal("onednn", "bfloat16") is not None, reason=str(refusal("onednn", "bfloat16")))

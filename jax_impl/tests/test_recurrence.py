@@ -80,6 +80,21 @@ def _stack_loss(stack, seed, dtype, tokens, lengths, masks, layers):
     return loss
 
 
+def assert_stack_matches_reference(stack, layers, lengths, rel):
+    """``stack``'s loss, final carries and gradients (jitted) equal the reference's to ``rel``, on the fixtures of
+    :func:`_stack_args` (seed 0) with their dropout masks, ``lengths`` (B,) or None."""
+    table, tokens, weights, carries, masks = _stack_args(0, jnp.float32, layers)
+    loss, reference = (_stack_loss(s, 0, jnp.float32, tokens, lengths, masks or None, layers)
+                       for s in (stack, reference_stack))
+    (value, finals), grads = jax.jit(jax.value_and_grad(loss, argnums=(0, 1, 2), has_aux=True))(
+        table, weights, carries)
+    (value_r, finals_r), grads_r = jax.value_and_grad(reference, argnums=(0, 1, 2), has_aux=True)(
+        table, weights, carries)
+    _assert_close(finals, finals_r, rel)
+    _assert_close(grads, grads_r, rel)
+    assert abs(float(value) - float(value_r)) <= rel * abs(float(value_r))
+
+
 def _assert_close(actual, expected, rel):
     """Every leaf agrees to ``rel`` times the expected leaf's largest magnitude."""
     actual, expected = jax.tree_util.tree_leaves(actual), jax.tree_util.tree_leaves(expected)
