@@ -35,7 +35,8 @@ class Placement:
 
 
 def placement(cfg: Config, device: jax.Device) -> Placement:
-    """``--devices`` on ``device``'s platform: 0 means every device JAX sees there, N the first N. ``--batch-size`` must split evenly over them; a :class:`ConfigError` says what to change."""
+    """``--devices`` on ``device``'s platform: 0 means every device JAX sees there, N the first N. ``--batch-size``
+    must split evenly over them; a :class:`ConfigError` says what to change."""
     available = jax.devices(device.platform)
     count = cfg.devices or len(available)
     if count > len(available):

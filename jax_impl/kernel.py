@@ -1,15 +1,18 @@
 """The LSTM stack on our own recurrence kernel (:mod:`jax_impl.native`'s ``lstm_kernel`` library): one XLA FFI call
 per layer and direction of the pass, everything else in XLA.
 
-Each layer's input projection stays in XLA (:func:`jax_impl.recurrence.embedding_lstm_stack` computes it, layer 0's
-through the embedding fold), and so do its gradients. The kernel runs the recurrence: each step's ``(B, H)·(H, 4H)``
-product on W_hh packed once per call (on AVX-512 by its own register tiles, each followed by its gate math; elsewhere
-by MKL's packed GEMM) and the gate math vectorised, on a team of threads that each own a range of hidden units; in
-the backward also W_hh's gradient, as MKL GEMMs over all steps. On the embedding fold's path it reads layer 0's input
-gates from the projected table itself, and adds their gradient into it, where XLA would gather (T, B, 4H) and
-scatter it back. Forward and backward are one ``jax.custom_vjp``: the forward call keeps the activated gates and the
-cell states for the backward one where a gradient is taken. Sequence lengths (``--padding right``) are the kernel's
-own: from step ``lengths[b]`` on, row b's carry stays. Float32 only: the kernel has no bfloat16 or float64 path.
+The kernel projects each layer's input itself (:func:`jax_impl.recurrence.embedding_lstm_stack` hands it over as a
+:class:`~jax_impl.recurrence.LayerInput`): each step's product is ``[x_t, h_{t-1}]`` against ``[W_ih; W_hh]``, both
+packed once per call, run by its own register tiles on AVX-512 (elsewhere by MKL's packed GEMM), each tile followed by
+its gate math, vectorised, on a team of threads that each own a range of hidden units. Measured, this is faster than
+XLA's one (T·B, D)·(D, 4H) GEMM before the call: no (T, B, 4H) buffer is written and read back, and the tiles run
+nearer the CPU's peak (``benchmarks/PERFORMANCE.md``). The embedding fold's table projection stays in XLA: the kernel
+reads its rows of layer 0's input gates in place, and adds their gradient into them, where XLA would gather (T, B, 4H)
+and scatter it back. The backward computes each step's ``dh_{t-1}`` and ``dx_t`` in the same tiles, and the weight
+gradients as MKL GEMMs over all steps. Forward and backward are one ``jax.custom_vjp``: the forward call keeps the
+activated gates and the cell states for the backward one where a gradient is taken. Sequence lengths
+(``--padding right``) are the kernel's own: from step ``lengths[b]`` on, row b's carry stays. Float32 only: the kernel
+has no bfloat16 or float64 path.
 """
 from __future__ import annotations
 
@@ -57,13 +60,13 @@ def describe(hidden: int) -> dict:
     vectorised = bool(lib.lstm_kernel_vectorised())
     return {"lstm_kernel": "kernel", "gemm": "AVX-512 tiles" if vectorised else "MKL packed",
             "kernel_threads": int(lib.lstm_kernel_threads(hidden)),
-            "gate_math": "AVX-512, SLEEF's 1-ulp exp and tanh" if vectorised
+            "gate_math": "AVX-512, SLEEF's exp (1 ulp) and tanh (3.5 ulp)" if vectorised
             else "scalar, the C library's exp and tanh"}
 
 
-def _forward(source, rows, w_hh, h0, c0, lengths, train: bool):
-    """source (N, 4H) and rows (T, B) → (y (T, B, H), h_T, c_T (B, H), activated gates (T, B, 4H), c after each step
-    (T, B, H)); the last two are empty (size 0) unless ``train``."""
+def _forward(source, rows, w_hh, h0, c0, lengths, x, w_ih, train: bool):
+    """source (N, 4H), rows (T, B) and x (T, B, D) → (y (T, B, H), h_T, c_T (B, H), activated gates (T, B, 4H), c
+    after each step (T, B, H)); the last two are empty (size 0) unless ``train``."""
     (steps, batch), width = rows.shape, source.shape[1]
     hidden = width // 4
     kept = (steps, batch) if train else (0, 0)
@@ -71,36 +74,39 @@ def _forward(source, rows, w_hh, h0, c0, lengths, train: bool):
     library()  # registers the targets before XLA looks them up
     return jax.ffi.ffi_call(TARGETS[0], (f32(steps, batch, hidden), f32(batch, hidden), f32(batch, hidden),
                                          f32(*kept, width if train else 0), f32(*kept, hidden if train else 0)))(
-        source, rows, w_hh, h0, c0, lengths, train=train)
+        source, rows, w_hh, h0, c0, lengths, x, w_ih, train=train)
 
 
-@partial(jax.custom_vjp, nondiff_argnums=(6,))
-def lstm_recurrence(source: Array, rows: Array, w_hh: Array, h0: Array, c0: Array, lengths: Array, gathered: bool
-                    ) -> tuple[Array, LayerCarry]:
-    """One layer's recurrence: step t of row b takes its input gates x W_ih^T + b_ih + b_hh from row ``rows[t, b]``
-    of ``source`` (N, 4H): the rows of gates_x (T·B, 4H) in order (``gathered`` False), or the projected embedding
-    table's rows of the tokens (the embedding fold, ``gathered`` True: the kernel reads them in place and adds each
-    step's gradient into them). rows (T, B) int32, w_hh (4H, H), h0 and c0 (B, H), lengths (B,) int32 → (outputs
-    (T, B, H), 0 past a row's length; (h_T, c_T) each (B, H)), all float32, every product full float32."""
-    ys, h, c, _, _ = _forward(source, rows, w_hh, h0, c0, lengths, train=False)
+@partial(jax.custom_vjp, nondiff_argnums=(8,))
+def lstm_recurrence(source: Array, rows: Array, w_hh: Array, h0: Array, c0: Array, lengths: Array, x: Array,
+                    w_ih: Array, gathered: bool) -> tuple[Array, LayerCarry]:
+    """One layer's recurrence: step t of row b takes its input gates as ``x[t, b] W_ih^T`` plus row ``rows[t, b]``
+    of ``source`` (N, 4H). The source holds the rest: the rows of gates_x (T·B, 4H) in order (``gathered`` False,
+    D = 0), the projected embedding table's rows of the tokens (the embedding fold, ``gathered`` True: the kernel
+    reads them in place and adds each step's gradient into them, D = 0), or one row, b_ih + b_hh, for every step
+    (``gathered`` True, x the layer's input: the kernel projects it inside each step's product). rows (T, B) int32,
+    w_hh (4H, H), h0 and c0 (B, H), lengths (B,) int32, x (T, B, D), w_ih (4H, D) → (outputs (T, B, H), 0 past a
+    row's length; (h_T, c_T) each (B, H)), all float32, every product full float32."""
+    ys, h, c, _, _ = _forward(source, rows, w_hh, h0, c0, lengths, x, w_ih, train=False)
     return ys, (h, c)
 
 
-def _lstm_recurrence_forward(source, rows, w_hh, h0, c0, lengths, gathered):
-    ys, h, c, gates, c_after = _forward(source, rows, w_hh, h0, c0, lengths, train=True)
+def _lstm_recurrence_forward(source, rows, w_hh, h0, c0, lengths, x, w_ih, gathered):
+    ys, h, c, gates, c_after = _forward(source, rows, w_hh, h0, c0, lengths, x, w_ih, train=True)
     # Of the source only its row count is needed: a (N, 0) array carries it without keeping the source alive.
-    return (ys, (h, c)), (jnp.zeros((source.shape[0], 0), source.dtype), rows, w_hh, h0, c0, lengths, ys, gates,
-                          c_after)
+    return (ys, (h, c)), (jnp.zeros((source.shape[0], 0), source.dtype), rows, w_hh, h0, c0, lengths, x, w_ih, ys,
+                          gates, c_after)
 
 
 def _lstm_recurrence_backward(gathered, residuals, cotangents):
-    source_rows, rows, w_hh, h0, c0, lengths, ys, gates, c_after = residuals
+    source_rows, rows, w_hh, h0, c0, lengths, x, w_ih, ys, gates, c_after = residuals
     dy, (dh, dc) = cotangents
     like = lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype)  # noqa: E731
     d_source = jax.ShapeDtypeStruct((source_rows.shape[0], gates.shape[-1]), gates.dtype)
-    d_source, dw_hh, dh0, dc0 = jax.ffi.ffi_call(TARGETS[1], (d_source, like(w_hh), like(h0), like(c0)))(
-        rows, w_hh, h0, ys, gates, c_after, c0, lengths, dy, dh, dc, gathered=gathered)
-    return d_source, None, dw_hh, dh0, dc0, None
+    d_source, dw_hh, dh0, dc0, dx, dw_ih = jax.ffi.ffi_call(
+        TARGETS[1], (d_source, like(w_hh), like(h0), like(c0), like(x), like(w_ih)))(
+        rows, w_hh, h0, ys, gates, c_after, c0, lengths, dy, dh, dc, x, w_ih, gathered=gathered)
+    return d_source, None, dw_hh, dh0, dc0, None, dx, dw_ih
 
 
 lstm_recurrence.defvjp(_lstm_recurrence_forward, _lstm_recurrence_backward)
@@ -108,19 +114,27 @@ lstm_recurrence.defvjp(_lstm_recurrence_forward, _lstm_recurrence_backward)
 
 def kernel_recurrence(source, w_hh: Array, h0: Array, c0: Array, lengths: Array | None, precision):
     """:func:`lstm_recurrence` as :func:`jax_impl.recurrence.embedding_lstm_stack` calls a layer's recurrence:
-    ``source`` the input projection (T, B, 4H), or (table_gates (V, 4H), tokens (T, B)) on the embedding fold's path.
-    The kernel computes in full float32 whatever ``precision`` says (the CPU has no TF32)."""
+    ``source`` the layer's input unprojected (a :class:`~jax_impl.recurrence.LayerInput`: the kernel projects it),
+    (table_gates (V, 4H), tokens (T, B)) on the embedding fold's path, or the input projection (T, B, 4H). The kernel
+    computes in full float32 whatever ``precision`` says (the CPU has no TF32)."""
     del precision
-    if isinstance(source, tuple):
+    width = w_hh.shape[0]
+    if isinstance(source, recurrence.LayerInput):
+        x, w_ih = source.x, source.w_ih
+        steps, batch, _ = x.shape
+        gate_rows, rows, gathered = source.bias[None], jnp.zeros((steps, batch), jnp.int32), True
+    elif isinstance(source, tuple):
         gate_rows, tokens = source
         rows, gathered = tokens.astype(jnp.int32), True
     else:
-        steps, batch, width = source.shape
+        steps, batch, _ = source.shape
         gate_rows = source.reshape(steps * batch, width)
         rows, gathered = jnp.arange(steps * batch, dtype=jnp.int32).reshape(steps, batch), False
+    if not isinstance(source, recurrence.LayerInput):  # no input left to project: D = 0
+        x, w_ih = jnp.zeros((*rows.shape, 0), jnp.float32), jnp.zeros((width, 0), jnp.float32)
     if lengths is None:
         lengths = jnp.full(rows.shape[1], rows.shape[0], jnp.int32)
-    return lstm_recurrence(gate_rows, rows, w_hh, h0, c0, lengths.astype(jnp.int32), gathered)
+    return lstm_recurrence(gate_rows, rows, w_hh, h0, c0, lengths.astype(jnp.int32), x, w_ih, gathered)
 
 
 def kernel_stack(table: Array, tokens: Array, weights: Sequence[LayerWeights], carry: Carry, lengths: Array | None,
@@ -130,4 +144,4 @@ def kernel_stack(table: Array, tokens: Array, weights: Sequence[LayerWeights], c
     of layers 1..L-1; ``embed_fold``: layer 0's projection from the projected table, as in the fused stack."""
     return recurrence.embedding_lstm_stack(table, tokens, weights, carry, lengths, masks, wavefront=False,
                                            embed_fold=embed_fold, precision=precision,
-                                           layer_recurrence=kernel_recurrence)
+                                           layer_recurrence=kernel_recurrence, recurrence_projects=True)

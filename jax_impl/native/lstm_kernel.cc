@@ -1,28 +1,30 @@
 // Our own LSTM recurrence as XLA FFI handlers: one layer's recurrence per call, float32, PyTorch's gate order
-// (i, f, g, o) and layout. XLA computes everything around it: the input projection (and the embedding fold) before,
-// and its gradients after.
+// (i, f, g, o) and layout. The call projects the layer's input x itself, inside each step's product; XLA computes
+// everything else (the embedding fold's table projection, the gradients of what is around the call).
 //
-//   forward:  source (N, 4H) and rows (T, B) int32: step t of row b takes the input gates x W_ih^T + b_ih + b_hh
-//             from source[rows[t, b]] (the rows of gates_x (T B, 4H) in order, or those of the projected embedding
-//             table for the tokens: the embedding fold, gathered here); w_hh (4H, H), h0 and c0 (B, H), lengths
-//             (B,) int32 -> y (T, B, H), h_T and c_T (B, H); in training also, for the backward, the activated
-//             gates [sigmoid(i), sigmoid(f), tanh(g), sigmoid(o)] (T, B, 4H) and c after each step (T, B, H)
-//   backward: rows, w_hh, h0, y, those gates, c after each step, c0, lengths, dy (T, B, H), dh_T and dc_T (B, H)
-//             -> d source (N, 4H) (the gradient of the gates' pre-activations, added up per source row where the
-//             rows were gathered), dw_hh (4H, H), dh0 and dc0 (B, H)
+//   forward:  source (N, 4H) and rows (T, B) int32; x (T, B, D) and w_ih (4H, D): step t of row b takes the input
+//             gates x[t, b] W_ih^T + source[rows[t, b]]: the source is b_ih + b_hh as one row (the layer's input
+//             projected here), the projected embedding table's rows of the tokens (the embedding fold, gathered
+//             here; D = 0), or the rows of gates_x (T B, 4H) in order (D = 0); w_hh (4H, H), h0 and c0 (B, H),
+//             lengths (B,) int32 -> y (T, B, H), h_T and c_T (B, H); in training also, for the backward, the
+//             activated gates [sigmoid(i), sigmoid(f), tanh(g), sigmoid(o)] (T, B, 4H) and c after each step (T, B, H)
+//   backward: rows, w_hh, h0, y, those gates, c after each step, c0, lengths, dy (T, B, H), dh_T and dc_T (B, H),
+//             x, w_ih -> d source (N, 4H) (the gradient of the gates' pre-activations, added up per source row where
+//             the rows were gathered), dw_hh (4H, H), dh0 and dc0 (B, H), dx (T, B, D), dw_ih (4H, D)
 // From step lengths[b] on, row b's carry stops changing and its output is 0 (pack_padded_sequence's semantics).
 //
 // How it runs: one team of threads per call, for the whole sequence. Thread k owns a contiguous range of hidden
 // units, so the gate math of a unit needs no other thread's results: each step it computes its units' four gate
-// columns by a GEMM against W_hh packed once per call, then their gate math, vectorised. On AVX-512 that GEMM is our
-// own register tile (6 rows by the 4 gates of 16 units), each tile's gate math right after it; elsewhere it is MKL's
-// packed GEMM (cblas_sgemm_pack / cblas_sgemm_compute, from the MKL linked into the installed torch, which exports
-// it), the fastest library by the microbenchmark in benchmarks/PERFORMANCE.md. The threads meet at one barrier per
-// step, where the next step's GEMM needs every unit of h (forward) or every gate of dz (backward). The activations are
-// SLEEF's 1-ulp exp and tanh (also from torch) on AVX-512 and the C library's elsewhere: accurate float32 functions,
-// no fast approximations.
+// columns by a GEMM of [x_t, h_{t-1}] against [W_ih; W_hh] packed once per call, then their gate math, vectorised. On
+// AVX-512 that GEMM is our own register tile (6 rows by the 4 gates of 16 units), each tile's gate math right after
+// it; elsewhere it is MKL's packed GEMM (cblas_sgemm_pack / cblas_sgemm_compute, from the MKL linked into the
+// installed torch, which exports it), the fastest library by the microbenchmark in benchmarks/PERFORMANCE.md. The
+// threads meet at one barrier per step, where the next step's GEMM needs every unit of h (forward) or every gate of
+// dz (backward). The activations are SLEEF's exp (1 ulp) and tanh (3.5 ulp; its 1-ulp tanh costs 2.3 times as much)
+// on AVX-512, also from torch, and the C library's elsewhere: accurate float32 functions, no fast approximations.
 #include <immintrin.h>
 #include <omp.h>
+#include <sys/mman.h>
 
 #include <algorithm>
 #include <atomic>
@@ -126,6 +128,27 @@ class Scratch {
   static inline std::vector<std::pair<size_t, Floats>> pool_;
 };
 
+
+// Asks the kernel to back the whole 2 MiB pages inside [p, p + bytes) by transparent huge pages before they are first
+// written: XLA's large fresh buffers otherwise fault in 4 KiB at a time.
+void huge_pages(void* p, size_t bytes) {
+  const uintptr_t huge = 2u << 20, begin = (reinterpret_cast<uintptr_t>(p) + huge - 1) & ~(huge - 1);
+  const uintptr_t end = (reinterpret_cast<uintptr_t>(p) + bytes) & ~(huge - 1);
+  if (end > begin) madvise(reinterpret_cast<void*>(begin), end - begin, MADV_HUGEPAGE);
+}
+
+// MKL's packed B for the product of a (batch, k) matrix with the rows of thread `u`'s units of a gate weight w
+// (4H, k), W_hh or W_ih: those rows gate by gate, transposed, (k, 4n).
+Floats mkl_packed_rows(const float* w, int64_t hidden, int64_t k, Units u, int64_t batch) {
+  const int64_t n = u.size();
+  Floats w_rows = floats(4 * n * k);
+  for (int g = 0; g < 4; ++g)
+    std::memcpy(w_rows.get() + g * n * k, w + (g * hidden + u.begin) * k, sizeof(float) * n * k);
+  Floats packed = floats(cblas_sgemm_pack_get_size(kBMatrix, batch, 4 * n, k) / sizeof(float) + 1);
+  cblas_sgemm_pack(kRowMajor, kBMatrix, kTrans, batch, 4 * n, k, 1.0f, w_rows.get(), k, packed.get());
+  return packed;
+}
+
 // ------------------------------------------------------------------------------------------- the team
 
 // Runs body(the units of thread k) for each thread k of a team that computes under the caller's float rules (XLA's
@@ -144,32 +167,37 @@ void on_team(int64_t hidden, Body body) {
 }
 
 ffi::Error check_shapes(const Dims& d, int64_t n, int64_t width, ffi::BufferR2<ffi::S32> rows,
-                        ffi::Span<const int64_t> w_hh, int64_t lengths) {
+                        ffi::Span<const int64_t> w_hh, int64_t lengths, ffi::Span<const int64_t> x,
+                        ffi::Span<const int64_t> w_ih) {
   if (width != 4 * d.h || w_hh[0] != 4 * d.h || w_hh[1] != d.h || lengths != d.b)
     return ffi::Error::InvalidArgument("lstm_kernel: w_hh must be (4H, H) and lengths (B,) for a source (N, 4H)");
+  if (x[0] != d.t || x[1] != d.b || w_ih[0] != 4 * d.h || w_ih[1] != x[2])
+    return ffi::Error::InvalidArgument("lstm_kernel: x must be (T, B, D) and w_ih (4H, D)");
   const int32_t* r = rows.typed_data();
   if (std::any_of(r, r + rows.element_count(), [n](int32_t i) { return i < 0 || i >= n; }))
     return ffi::Error::InvalidArgument("lstm_kernel: a row index outside the source");
-  if (d.h * 4 > INT32_MAX / 2 || d.b > INT32_MAX / 2)
+  if (d.h * 4 > INT32_MAX / 2 || x[2] > INT32_MAX / 2 || d.t * d.b > INT32_MAX / 2)
     return ffi::Error::InvalidArgument("lstm_kernel: sizes beyond MKL's 32-bit dimensions");
   return ffi::Error::Success();
 }
 
 ffi::Error Forward(ffi::BufferR2<ffi::F32> source, ffi::BufferR2<ffi::S32> rows, ffi::BufferR2<ffi::F32> w_hh,
                    ffi::BufferR2<ffi::F32> h0, ffi::BufferR2<ffi::F32> c0, ffi::BufferR1<ffi::S32> lengths,
-                   ffi::ResultBufferR3<ffi::F32> y, ffi::ResultBufferR2<ffi::F32> h_t,
-                   ffi::ResultBufferR2<ffi::F32> c_t, ffi::ResultBufferR3<ffi::F32> gates,
-                   ffi::ResultBufferR3<ffi::F32> c_after, bool train) {
+                   ffi::BufferR3<ffi::F32> x, ffi::BufferR2<ffi::F32> w_ih, ffi::ResultBufferR3<ffi::F32> y,
+                   ffi::ResultBufferR2<ffi::F32> h_t, ffi::ResultBufferR2<ffi::F32> c_t,
+                   ffi::ResultBufferR3<ffi::F32> gates, ffi::ResultBufferR3<ffi::F32> c_after, bool train) {
   const Dims d{rows.dimensions()[0], rows.dimensions()[1], source.dimensions()[1] / 4};
   if (auto err = check_shapes(d, source.dimensions()[0], source.dimensions()[1], rows, w_hh.dimensions(),
-                              lengths.element_count());
+                              lengths.element_count(), x.dimensions(), w_ih.dimensions());
       err.failure())
     return err;
   const GateRows gx{source.typed_data(), rows.typed_data(), 4 * d.h};
-  const float* w = w_hh.typed_data();
+  const int64_t inputs = x.dimensions()[2];  // D: 0 where the source holds the whole input gates
+  const float *w = w_hh.typed_data(), *xs = x.typed_data(), *wx = w_ih.typed_data();
   const int32_t* len = lengths.typed_data();
   float *ys = y->typed_data(), *a = gates->typed_data(), *cs = c_after->typed_data();
   float* c = c_t->typed_data();
+  huge_pages(ys, y->size_bytes()), huge_pages(a, gates->size_bytes()), huge_pages(cs, c_after->size_bytes());
   std::memcpy(c, c0.typed_data(), sizeof(float) * d.b * d.h);
   // h ping-pongs between two buffers: step t's GEMM reads one while the threads write the other.
   Floats h_buffers = floats(2 * d.b * d.h);
@@ -179,16 +207,14 @@ ffi::Error Forward(ffi::BufferR2<ffi::F32> source, ffi::BufferR2<ffi::S32> rows,
     const int64_t n = u.size(), panels = (n + 15) / 16;
     // AVX-512: our tile GEMM on W_hh packed in panels of 16 units, each tile's gate math right after it; else MKL's
     // packed GEMM for all of the thread's units at once, then their gate math.
-    Floats packed = floats(vector ? panels * d.h * 64 : 0), pre = floats(vector ? kTileRows * 64 : d.b * 4 * n);
-    Floats scratch_a = floats(4 * d.h);
+    Floats packed = floats(vector ? panels * d.h * 64 : 0), packed_x = floats(vector ? panels * inputs * 64 : 0);
+    Floats pre = floats(vector ? kTileRows * 64 : d.b * 4 * n);
     if (n > 0 && vector) {
-      pack_panels(w, d.h, u.begin, n, packed.get());
-    } else if (n > 0) {  // B = W_hh's rows of this thread's units, gate by gate, transposed: (H, 4n)
-      Floats w_rows = floats(4 * n * d.h);
-      for (int g = 0; g < 4; ++g) std::memcpy(w_rows.get() + g * n * d.h, w + (g * d.h + u.begin) * d.h,
-                                              sizeof(float) * n * d.h);
-      packed = floats(cblas_sgemm_pack_get_size(kBMatrix, d.b, 4 * n, d.h) / sizeof(float) + 1);
-      cblas_sgemm_pack(kRowMajor, kBMatrix, kTrans, d.b, 4 * n, d.h, 1.0f, w_rows.get(), d.h, packed.get());
+      pack_panels(w, d.h, d.h, u.begin, n, packed.get());
+      pack_panels(wx, d.h, inputs, u.begin, n, packed_x.get());
+    } else if (n > 0) {
+      packed = mkl_packed_rows(w, d.h, d.h, u, d.b);
+      if (inputs > 0) packed_x = mkl_packed_rows(wx, d.h, inputs, u, d.b);
     }
     for (int64_t t = 0; t < d.t; ++t) {
       const float* h_prev = h_buffers.get() + (t % 2) * d.b * d.h;
@@ -196,18 +222,19 @@ ffi::Error Forward(ffi::BufferR2<ffi::F32> source, ffi::BufferR2<ffi::S32> rows,
       // Row b's units [u.begin + j0, + m) of this step, from their four gates' products (`stride` apart).
       auto finish = [&](int64_t b, int64_t j0, int64_t m, const float* products, int64_t stride) {
         const int64_t row = b * d.h + u.begin + j0, step_row = t * d.b * d.h + row;
-        float* a_row = train ? a + (t * d.b + b) * 4 * d.h + u.begin + j0 : scratch_a.get();
+        float* a_row = train ? a + (t * d.b + b) * 4 * d.h + u.begin + j0 : nullptr;
         if (t < len[b]) {
-          (vector ? cell_avx512 : cell_scalar)(m, stride, d.h, products, gx.at(t * d.b + b) + u.begin + j0, a_row,
-                                               c + row, h_next + row);
-          std::memcpy(ys + step_row, h_next + row, sizeof(float) * m);
+          (vector ? cell_avx512 : cell_scalar)(m, stride, d.h, products, gx.at(t * d.b + b) + u.begin + j0,
+                                               {c + row, h_next + row, ys + step_row, a_row,
+                                                train ? cs + step_row : nullptr});
         } else {  // past the row's last token: the carry stays, the output is 0, the gates are never read
           std::memcpy(h_next + row, h_prev + row, sizeof(float) * m);
           std::memset(ys + step_row, 0, sizeof(float) * m);
-          if (train)
+          if (train) {
             for (int g = 0; g < 4; ++g) std::memset(a_row + g * d.h, 0, sizeof(float) * m);
+            std::memcpy(cs + step_row, c + row, sizeof(float) * m);
+          }
         }
-        if (train) std::memcpy(cs + step_row, c + row, sizeof(float) * m);
       };
       if (n > 0) {
         for (int64_t b = 0; b < d.b; ++b) prefetch(gx.at(t * d.b + b) + u.begin, n, 4, d.h);
@@ -215,18 +242,23 @@ ffi::Error Forward(ffi::BufferR2<ffi::F32> source, ffi::BufferR2<ffi::S32> rows,
           for (int64_t q = 0; q < panels; ++q)
             for (int64_t b0 = 0; b0 < d.b; b0 += kTileRows) {
               const int rows = static_cast<int>(std::min<int64_t>(kTileRows, d.b - b0));
-              tile_rows(rows, h_prev + b0 * d.h, d.h, d.h, packed.get() + q * d.h * 64, pre.get());
+              tile_rows(rows, {xs + (t * d.b + b0) * inputs, inputs, inputs, packed_x.get() + q * inputs * 64},
+                        {h_prev + b0 * d.h, d.h, d.h, packed.get() + q * d.h * 64}, pre.get());
               for (int r = 0; r < rows; ++r) finish(b0 + r, 16 * q, std::min<int64_t>(16, n - 16 * q),
                                                     pre.get() + r * 64, 16);
             }
         } else {
+          if (inputs > 0)
+            cblas_sgemm_compute(kRowMajor, kNoTrans, kPacked, d.b, 4 * n, inputs, xs + t * d.b * inputs, inputs,
+                                packed_x.get(), 4 * n, 0.0f, pre.get(), 4 * n);
           cblas_sgemm_compute(kRowMajor, kNoTrans, kPacked, d.b, 4 * n, d.h, h_prev, d.h, packed.get(), 4 * n,
-                              0.0f, pre.get(), 4 * n);
+                              inputs > 0 ? 1.0f : 0.0f, pre.get(), 4 * n);
           for (int64_t b = 0; b < d.b; ++b) finish(b, 0, n, pre.get() + b * 4 * n, n);
         }
       }
 #pragma omp barrier
     }
+    _mm_sfence();  // the streamed outputs (cell_avx512) land before the call returns
   });
   std::memcpy(h_t->typed_data(), h_buffers.get() + (d.t % 2) * d.b * d.h, sizeof(float) * d.b * d.h);
   return ffi::Error::Success();
@@ -245,42 +277,91 @@ void recurrent_weight_gradient(const Dims& d, const float* dz, const float* h0, 
   MKL_Set_Num_Threads_Local(threads);
 }
 
+// dW_ih (4H, D) = sum over t of dz_t^T x_t, one GEMM on all steps (dz_t is 0 where step t is not real); in MKL's
+// column-major terms dW_ih^T (D, 4H) = x^T (D, T B) dz (T B, 4H).
+void input_weight_gradient(const Dims& d, int64_t inputs, const float* dz, const float* x, float* dw) {
+  if (inputs == 0) return;
+  const int m = static_cast<int>(inputs), g = static_cast<int>(4 * d.h), k = static_cast<int>(d.t * d.b);
+  const float one = 1.0f, zero = 0.0f;
+  const int threads = MKL_Set_Num_Threads_Local(team_size(d.h));
+  sgemm_("N", "T", &m, &g, &k, &one, x, &m, dz, &g, &zero, dw, &m);
+  MKL_Set_Num_Threads_Local(threads);
+}
+
+// The columns `cols` of a (4H, width) weight (W_hh, W_ih) for the backward's per-step product with dz_t (B, 4H): in
+// panels of 64 columns for our tiles on AVX-512, else packed by MKL.
+Floats mkl_or_tile_columns(const float* w, int64_t gates, int64_t width, Units cols, int64_t batch, bool vector) {
+  const int64_t n = cols.size();
+  if (n == 0) return floats(0);
+  if (vector) {
+    Floats packed = floats((n + 63) / 64 * gates * 64);
+    pack_columns(w, gates, width, cols.begin, n, packed.get());
+    return packed;
+  }
+  Floats packed = floats(cblas_sgemm_pack_get_size(kBMatrix, batch, n, gates) / sizeof(float) + 1);
+  cblas_sgemm_pack(kRowMajor, kBMatrix, kNoTrans, batch, n, gates, 1.0f, w + cols.begin, width, packed.get());
+  return packed;
+}
+
+// out[:, cols] (B, n; rows `ldo` apart) = dz_t (B, 4H) . the packed columns (mkl_or_tile_columns).
+void times_columns(const float* dz_t, int64_t batch, int64_t gates, const float* packed, int64_t panels, Units cols,
+                   float* out, int64_t ldo, float* tile_out, bool vector) {
+  const int64_t n = cols.size();
+  if (n == 0) return;
+  if (!vector) {
+    cblas_sgemm_compute(kRowMajor, kNoTrans, kPacked, batch, n, gates, dz_t, gates, packed, n, 0.0f,
+                        out + cols.begin, ldo);
+    return;
+  }
+  for (int64_t q = 0; q < panels; ++q)
+    for (int64_t b0 = 0; b0 < batch; b0 += kTileRows) {
+      const int rows = static_cast<int>(std::min<int64_t>(kTileRows, batch - b0));
+      tile_rows(rows, {dz_t + b0 * gates, gates, gates, packed + q * gates * 64}, {nullptr, 0, 0, nullptr}, tile_out);
+      for (int r = 0; r < rows; ++r)
+        std::memcpy(out + (b0 + r) * ldo + cols.begin + 64 * q, tile_out + r * 64,
+                    sizeof(float) * std::min<int64_t>(64, n - 64 * q));
+    }
+}
+
 ffi::Error Backward(ffi::BufferR2<ffi::S32> rows, ffi::BufferR2<ffi::F32> w_hh, ffi::BufferR2<ffi::F32> h0,
                     ffi::BufferR3<ffi::F32> y, ffi::BufferR3<ffi::F32> gates, ffi::BufferR3<ffi::F32> c_after,
                     ffi::BufferR2<ffi::F32> c0, ffi::BufferR1<ffi::S32> lengths, ffi::BufferR3<ffi::F32> dy,
-                    ffi::BufferR2<ffi::F32> dh_t, ffi::BufferR2<ffi::F32> dc_t,
-                    ffi::ResultBufferR2<ffi::F32> d_source, ffi::ResultBufferR2<ffi::F32> dw_hh,
-                    ffi::ResultBufferR2<ffi::F32> dh0, ffi::ResultBufferR2<ffi::F32> dc0, bool gathered) {
+                    ffi::BufferR2<ffi::F32> dh_t, ffi::BufferR2<ffi::F32> dc_t, ffi::BufferR3<ffi::F32> x,
+                    ffi::BufferR2<ffi::F32> w_ih, ffi::ResultBufferR2<ffi::F32> d_source,
+                    ffi::ResultBufferR2<ffi::F32> dw_hh, ffi::ResultBufferR2<ffi::F32> dh0,
+                    ffi::ResultBufferR2<ffi::F32> dc0, ffi::ResultBufferR3<ffi::F32> dx,
+                    ffi::ResultBufferR2<ffi::F32> dw_ih, bool gathered) {
   const Dims d{rows.dimensions()[0], rows.dimensions()[1], w_hh.dimensions()[1]};
   const int64_t sources = d_source->dimensions()[0];
-  if (auto err = check_shapes(d, sources, d_source->dimensions()[1], rows, w_hh.dimensions(), lengths.element_count());
+  if (auto err = check_shapes(d, sources, d_source->dimensions()[1], rows, w_hh.dimensions(), lengths.element_count(),
+                              x.dimensions(), w_ih.dimensions());
       err.failure())
     return err;
+  const int64_t inputs = x.dimensions()[2];
+  const float *wx = w_ih.typed_data(), *xs = x.typed_data();
+  float* dxs = dx->typed_data();
   if (!gathered && sources != d.t * d.b)
     return ffi::Error::InvalidArgument("lstm_kernel: ungathered gates must have T B rows");
   const float *w = w_hh.typed_data(), *a = gates.typed_data(), *cs = c_after.typed_data();
   const float *c_init = c0.typed_data(), *dys = dy.typed_data();
   const int32_t *len = lengths.typed_data(), *index = rows.typed_data();
   float *dh = dh0->typed_data(), *dc = dc0->typed_data(), *ds = d_source->typed_data();
+  huge_pages(dxs, dx->size_bytes());
   // dz (T, B, 4H): d_source itself where the gates were not gathered, else a scratch that each step is added from
   // into its rows of d_source (the embedding fold's gradient, a scatter-add).
   std::unique_ptr<Scratch> scratch = gathered ? std::make_unique<Scratch>(d.t * d.b * 4 * d.h) : nullptr;
   float* dzs = gathered ? scratch->get() : ds;
+  huge_pages(ds, d_source->size_bytes());
   std::memcpy(dh, dh_t.typed_data(), sizeof(float) * d.b * d.h);
   std::memcpy(dc, dc_t.typed_data(), sizeof(float) * d.b * d.h);
   Floats dh_step = floats(d.b * d.h);  // dh_t + dy_t: the step's total gradient of h
   const bool vector = vectorised.load();
   on_team(d.h, [&](Units u) {
-    const int64_t n = u.size(), width = 4 * d.h, panels = (n + 63) / 64;
-    // B = W_hh's columns of this thread's units, (4H, n): in panels of 64 units for our tiles on AVX-512, else
-    // packed by MKL.
-    Floats packed = floats(vector ? panels * width * 64 : 0), tile_out = floats(kTileRows * 64);
-    if (n > 0 && vector) {
-      pack_columns(w, d.h, u.begin, n, packed.get());
-    } else if (n > 0) {
-      packed = floats(cblas_sgemm_pack_get_size(kBMatrix, d.b, n, width) / sizeof(float) + 1);
-      cblas_sgemm_pack(kRowMajor, kBMatrix, kNoTrans, d.b, n, width, 1.0f, w + u.begin, d.h, packed.get());
-    }
+    // Each thread computes dh_{t-1} for its units and dx_t for its share of the inputs (dealt as the units are).
+    const Units cols = units_of(omp_get_thread_num(), omp_get_num_threads(), inputs);
+    const int64_t n = u.size(), width = 4 * d.h, panels = (n + 63) / 64, panels_x = (cols.size() + 63) / 64;
+    Floats packed = mkl_or_tile_columns(w, width, d.h, u, d.b, vector);
+    Floats packed_x = mkl_or_tile_columns(wx, width, inputs, cols, d.b, vector), tile_out = floats(kTileRows * 64);
     if (gathered)  // this thread's columns of d_source, zeroed: the steps add into them
       for (int64_t r = 0; r < sources; ++r)
         for (int g = 0; g < 4; ++g) std::memset(ds + r * width + g * d.h + u.begin, 0, sizeof(float) * n);
@@ -306,27 +387,23 @@ ffi::Error Backward(ffi::BufferR2<ffi::S32> rows, ffi::BufferR2<ffi::F32> w_hh, 
       }
 #pragma omp barrier
       const float* dz_t = dzs + t * d.b * width;
-      if (n > 0 && vector) {  // dh_{t-1} of this thread's units = dz_t (B, 4H) . W_hh[:, units]
-        for (int64_t q = 0; q < panels; ++q)
-          for (int64_t b0 = 0; b0 < d.b; b0 += kTileRows) {
-            const int rows = static_cast<int>(std::min<int64_t>(kTileRows, d.b - b0));
-            tile_rows(rows, dz_t + b0 * width, width, width, packed.get() + q * width * 64, tile_out.get());
-            for (int r = 0; r < rows; ++r)
-              std::memcpy(dh + (b0 + r) * d.h + u.begin + 64 * q, tile_out.get() + r * 64,
-                          sizeof(float) * std::min<int64_t>(64, n - 64 * q));
-          }
-      } else if (n > 0) {
-        cblas_sgemm_compute(kRowMajor, kNoTrans, kPacked, d.b, n, width, dz_t, width, packed.get(), n, 0.0f,
-                            dh + u.begin, d.h);
-      }
+      // dh_{t-1} of this thread's units = dz_t (B, 4H) . W_hh[:, units]; dx_t of its inputs = dz_t . W_ih[:, cols]
+      times_columns(dz_t, d.b, width, packed.get(), panels, u, dh, d.h, tile_out.get(), vector);
+      times_columns(dz_t, d.b, width, packed_x.get(), panels_x, cols, dxs + t * d.b * inputs, inputs, tile_out.get(),
+                    vector);
       if (n > 0) {
         for (int64_t b = 0; b < d.b; ++b)
           if (t >= len[b]) std::memcpy(dh + b * d.h + u.begin, dh_step.get() + b * d.h + u.begin, sizeof(float) * n);
       }
     }
   });
-  if (d.t > 0 && d.b > 0) recurrent_weight_gradient(d, dzs, h0.typed_data(), y.typed_data(), dw_hh->typed_data());
-  else std::memset(dw_hh->typed_data(), 0, dw_hh->size_bytes());
+  if (d.t > 0 && d.b > 0) {
+    recurrent_weight_gradient(d, dzs, h0.typed_data(), y.typed_data(), dw_hh->typed_data());
+    input_weight_gradient(d, inputs, dzs, xs, dw_ih->typed_data());
+  } else {
+    std::memset(dw_hh->typed_data(), 0, dw_hh->size_bytes());
+    std::memset(dw_ih->typed_data(), 0, dw_ih->size_bytes());
+  }
   return ffi::Error::Success();
 }
 
@@ -340,6 +417,8 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(lstm_kernel_forward, Forward,
                                   .Arg<ffi::BufferR2<ffi::F32>>()  // h0
                                   .Arg<ffi::BufferR2<ffi::F32>>()  // c0
                                   .Arg<ffi::BufferR1<ffi::S32>>()  // lengths
+                                  .Arg<ffi::BufferR3<ffi::F32>>()  // x (T, B, D), D = 0 without
+                                  .Arg<ffi::BufferR2<ffi::F32>>()  // w_ih (4H, D)
                                   .Ret<ffi::BufferR3<ffi::F32>>()  // y
                                   .Ret<ffi::BufferR2<ffi::F32>>()  // h_T
                                   .Ret<ffi::BufferR2<ffi::F32>>()  // c_T
@@ -360,10 +439,14 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(lstm_kernel_backward, Backward,
                                   .Arg<ffi::BufferR3<ffi::F32>>()  // dy
                                   .Arg<ffi::BufferR2<ffi::F32>>()  // dh_T
                                   .Arg<ffi::BufferR2<ffi::F32>>()  // dc_T
+                                  .Arg<ffi::BufferR3<ffi::F32>>()  // x
+                                  .Arg<ffi::BufferR2<ffi::F32>>()  // w_ih
                                   .Ret<ffi::BufferR2<ffi::F32>>()  // d_source
                                   .Ret<ffi::BufferR2<ffi::F32>>()  // dw_hh
                                   .Ret<ffi::BufferR2<ffi::F32>>()  // dh0
                                   .Ret<ffi::BufferR2<ffi::F32>>()  // dc0
+                                  .Ret<ffi::BufferR3<ffi::F32>>()  // dx
+                                  .Ret<ffi::BufferR2<ffi::F32>>()  // dw_ih
                                   .Attr<bool>("gathered"));
 
 // The fraction of a team's threads that flush a denormal product to zero when the caller does (FTZ and DAZ set
@@ -395,13 +478,13 @@ extern "C" double lstm_kernel_tile_gflops(int64_t b, int64_t h, int64_t reps) {
     on_team(h, [&](Units u) {
       const int64_t panels = (u.size() + 15) / 16;
       Floats packed = floats(panels * h * 64), out = floats(kTileRows * 64);
-      pack_panels(w.data(), h, u.begin, u.size(), packed.get());
+      pack_panels(w.data(), h, h, u.begin, u.size(), packed.get());
 #pragma omp barrier
       for (int64_t i = 0; i < reps; ++i) {
         for (int64_t q = 0; q < panels; ++q)
           for (int64_t b0 = 0; b0 < b; b0 += kTileRows)
-            tile_rows(static_cast<int>(std::min<int64_t>(kTileRows, b - b0)), x.data() + b0 * h, h, h,
-                      packed.get() + q * h * 64, out.get());
+            tile_rows(static_cast<int>(std::min<int64_t>(kTileRows, b - b0)), {nullptr, 0, 0, nullptr},
+                      {x.data() + b0 * h, h, h, packed.get() + q * h * 64}, out.get());
 #pragma omp barrier
       }
     });

@@ -1,7 +1,8 @@
 """Our recurrence kernel (``--lstm-impl kernel``): through XLA's FFI it computes what the project's reference, Flax
-``nn.RNN`` over PyTorch's cell, computes, values and gradients, with and without sequence lengths; on any split of the
-hidden units over its threads, on AVX-512 and on the scalar path; deterministically; flushing denormals on every
-thread as XLA does; and what it cannot compute is refused in one line. Skipped, saying why, where the native library
+``nn.RNN`` over PyTorch's cell, computes, values and gradients, with and without sequence lengths; from given input
+gates and from a layer's input it projects itself; on any split of the hidden units and of the inputs over its
+threads, on AVX-512 and on the scalar path; deterministically; flushing denormals on every thread as XLA does; and what
+it cannot compute is refused in one line. Skipped, saying why, where the native library
 was not built."""
 from __future__ import annotations
 
@@ -84,16 +85,63 @@ def test_every_split_of_the_units_over_the_threads_computes_the_xla_recurrence(h
     _assert_close(got, want, REL_TOL)
 
 
+def _projected_args(hidden: int, inputs: int):
+    """A layer's input x (T, B, D) and (w_ih (4H, D), bias (4H,)) in place of gates_x in :func:`_recurrence_args`."""
+    args, lengths, cotangents = _recurrence_args(hidden)
+    rng = np.random.default_rng(inputs)
+    steps, batch, _ = args[0].shape
+    x = jnp.asarray(rng.standard_normal((steps, batch, inputs)), jnp.float32)
+    w_ih = jnp.asarray(rng.standard_normal((4 * hidden, inputs)) / np.sqrt(inputs), jnp.float32)
+    bias = jnp.asarray(rng.standard_normal(4 * hidden), jnp.float32)
+    return (x, w_ih, bias, *args[1:]), lengths, cotangents
+
+
+def _projected_layers(lengths):
+    """The kernel projecting x itself, and XLA's projection followed by XLA's recurrence, on (x, w_ih, bias, w_hh, h0,
+    c0)."""
+    def in_kernel(x, w_ih, bias, w_hh, h0, c0):
+        return kernel.kernel_recurrence(recurrence.LayerInput(x, w_ih, bias), w_hh, h0, c0, lengths, HIGHEST)
+
+    def in_xla(x, w_ih, bias, w_hh, h0, c0):
+        gates_x = recurrence._project(x, w_ih, bias, jnp.zeros_like(bias), HIGHEST)
+        return recurrence.xla_recurrence(gates_x, w_hh, h0, c0, lengths, HIGHEST)
+    return in_kernel, in_xla
+
+
+def _all_gradients(layer, args, cotangents):
+    """As :func:`_outputs_and_gradients`, by every float argument of ``layer``."""
+    def loss(*a):
+        ys, (h, c) = layer(*a)
+        return sum(jnp.sum(w * v) for w, v in zip(cotangents, (ys, h, c))), (ys, h, c)
+    (_, outputs), grads = jax.jit(jax.value_and_grad(loss, argnums=tuple(range(len(args))), has_aux=True))(*args)
+    return outputs, grads
+
+
 @needs_library
-def test_the_scalar_gate_math_computes_what_the_vectorised_one_does():
-    # Without AVX-512: MKL's GEMM and the C library's exp and tanh; with it: the tiles and SLEEF's, both about an ulp.
-    args, lengths, cotangents = _recurrence_args(40)
-    layer = lambda *a: kernel_layer(*a, lengths)  # noqa: E731
-    vectorised = _outputs_and_gradients(layer, args, cotangents)
+@pytest.mark.parametrize("hidden,inputs", [(16, 1), (40, 40), (70, 23), (16, 150)])
+def test_a_layer_input_projected_inside_the_kernel_computes_xlas_projection_then_recurrence(hidden, inputs):
+    # Gradients of x, w_ih and the bias too; 150 inputs: three blocks of 64 columns of dx dealt over two threads,
+    # 23: one short block; 1: one thread, one lane.
+    args, lengths, cotangents = _projected_args(hidden, inputs)
+    in_kernel, in_xla = _projected_layers(lengths)
+    _assert_close(_all_gradients(in_kernel, args, cotangents), _all_gradients(in_xla, args, cotangents), REL_TOL)
+
+
+@needs_library
+@pytest.mark.parametrize("projected", [False, True], ids=["input-gates", "projected-input"])
+def test_the_scalar_gate_math_computes_what_the_vectorised_one_does(projected):
+    # Without AVX-512: MKL's GEMM and the C library's exp and tanh; with it: the tiles and SLEEF's, both a few ulps.
+    if projected:
+        args, lengths, cotangents = _projected_args(40, 70)
+        layer = _projected_layers(lengths)[0]
+    else:
+        args, lengths, cotangents = _recurrence_args(40)
+        layer = lambda *a: kernel_layer(*a, lengths)  # noqa: E731
+    vectorised = _all_gradients(layer, args, cotangents)
     previous = kernel.library().lstm_kernel_set_vectorised(0)
     try:
         assert kernel.describe(40)["gate_math"] == "scalar, the C library's exp and tanh"
-        scalar = _outputs_and_gradients(jax.jit(layer), args, cotangents)
+        scalar = _all_gradients(jax.jit(layer), args, cotangents)
     finally:
         kernel.library().lstm_kernel_set_vectorised(previous)
     _assert_close(scalar, vectorised, 1e-6)
