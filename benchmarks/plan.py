@@ -99,8 +99,9 @@ VARIANTS = (
             "embedding in XLA; --lstm-impl onednn)", ("cpu",), {"lstm_impl": "onednn"}, {"cpu": "onednn_lstm_forward"},
             headline=("vendor kernel",), wording="oneDNN through XLA's FFI"),
     Variant("jax", "kernel", "kernel", "our own recurrence kernel through XLA's FFI, one call per layer and pass: "
-            "each step's GEMM in AVX-512 register tiles with the gate math after each, a team of threads over the "
-            "hidden units; the input projections (the embedding fold) in XLA (--lstm-impl kernel)", (),
+            "each step's GEMM of [x_t, h_t-1] against [W_ih; W_hh] in AVX-512 register tiles with the gate math after "
+            "each, a team of threads over the hidden units; the embedding fold's table projection in XLA "
+            "(--lstm-impl kernel)", (),
             {"lstm_impl": "kernel"},
             {"cpu": "lstm_kernel_forward"}, headline=("kernel",), wording="our recurrence kernel"),
 )
