@@ -121,16 +121,16 @@ def kernel_recurrence(source, w_hh: Array, h0: Array, c0: Array, lengths: Array 
     width = w_hh.shape[0]
     if isinstance(source, recurrence.LayerInput):
         x, w_ih = source.x, source.w_ih
-        steps, batch, _ = x.shape
-        gate_rows, rows, gathered = source.bias[None], jnp.zeros((steps, batch), jnp.int32), True
-    elif isinstance(source, tuple):
-        gate_rows, tokens = source
-        rows, gathered = tokens.astype(jnp.int32), True
+        gate_rows, rows, gathered = source.bias[None], jnp.zeros(x.shape[:2], jnp.int32), True
     else:
-        steps, batch, _ = source.shape
-        gate_rows = source.reshape(steps * batch, width)
-        rows, gathered = jnp.arange(steps * batch, dtype=jnp.int32).reshape(steps, batch), False
-    if not isinstance(source, recurrence.LayerInput):  # no input left to project: D = 0
+        if isinstance(source, tuple):
+            gate_rows, tokens = source
+            rows, gathered = tokens.astype(jnp.int32), True
+        else:
+            steps, batch, _ = source.shape
+            gate_rows = source.reshape(steps * batch, width)
+            rows, gathered = jnp.arange(steps * batch, dtype=jnp.int32).reshape(steps, batch), False
+        # No input left to project: D = 0.
         x, w_ih = jnp.zeros((*rows.shape, 0), jnp.float32), jnp.zeros((width, 0), jnp.float32)
     if lengths is None:
         lengths = jnp.full(rows.shape[1], rows.shape[0], jnp.int32)

@@ -362,8 +362,12 @@ def embedding_lstm_stack(table: Array, tokens: Array, layer_params: Sequence[Lay
     ``recurrence_projects`` it gets each input that would be projected here as a :class:`LayerInput` instead (the
     embedding fold's table projection stays here).
     """
-    def project(x, w_ih, b_ih, b_hh):
-        return LayerInput(x, w_ih, b_ih + b_hh) if recurrence_projects else _project(x, w_ih, b_ih, b_hh, precision)
+    wave = wavefront and len(layer_params) == 2
+
+    def project(x, w_ih, b_ih, b_hh):  # the wavefront calls no layer_recurrence: it projects here
+        if recurrence_projects and not wave:
+            return LayerInput(x, w_ih, b_ih + b_hh)
+        return _project(x, w_ih, b_ih, b_hh, precision)
 
     if dropout_masks is not None:
         if len(dropout_masks) != len(layer_params) - 1:
@@ -375,7 +379,7 @@ def embedding_lstm_stack(table: Array, tokens: Array, layer_params: Sequence[Lay
         source = (dot(table, w_ih0.T, precision) + (b_ih0 + b_hh0), tokens)
     else:
         source = project(jnp.take(table, tokens, axis=0), w_ih0, b_ih0, b_hh0)
-    if wavefront and len(layer_params) == 2:
+    if wave:
         return _wave(source, layer_params[0][1], tuple(layer_params[1]), tuple(carries[0]), tuple(carries[1]),
                      _mask(lengths, tokens.shape[0]), None if dropout_masks is None else dropout_masks[0], precision)
     finals = []

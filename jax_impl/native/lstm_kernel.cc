@@ -92,8 +92,9 @@ void prefetch(const float* begin, int64_t n, int64_t blocks, int64_t stride) {
       _mm_prefetch(reinterpret_cast<const char*>(begin + g * stride + j), _MM_HINT_T1);
 }
 
-// The input gates of step t, row b: row rows[t B + b] of source (N, 4H), the rows of gates_x (T B, 4H) in order, or
-// the projected embedding table's rows of the tokens (the embedding fold), which the kernel then gathers itself.
+// The rest of the input gates of step t, row b (x_t W_ih^T aside): row rows[t B + b] of source (N, 4H): the one row
+// b_ih + b_hh, the rows of gates_x (T B, 4H) in order, or the projected embedding table's rows of the tokens (the
+// embedding fold), which the kernel then gathers itself.
 struct GateRows {
   const float* source;
   const int32_t* rows;  // (T, B)
@@ -137,10 +138,17 @@ void huge_pages(void* p, size_t bytes) {
   if (end > begin) madvise(reinterpret_cast<void*>(begin), end - begin, MADV_HUGEPAGE);
 }
 
-// MKL's packed B for the product of a (batch, k) matrix with the rows of thread `u`'s units of a gate weight w
-// (4H, k), W_hh or W_ih: those rows gate by gate, transposed, (k, 4n).
-Floats mkl_packed_rows(const float* w, int64_t hidden, int64_t k, Units u, int64_t batch) {
+// The rows of thread `u`'s units of a gate weight w (4H, k), W_hh or W_ih, for the forward's per-step product with
+// a (batch, k) matrix: in panels of 16 units for our tiles on AVX-512 (pack_panels), else gate by gate, transposed,
+// (k, 4n), packed by MKL.
+Floats packed_rows(const float* w, int64_t hidden, int64_t k, Units u, int64_t batch, bool vector) {
   const int64_t n = u.size();
+  if (n == 0 || k == 0) return floats(0);
+  if (vector) {
+    Floats panels = floats((n + 15) / 16 * k * 64);
+    pack_panels(w, hidden, k, u.begin, n, panels.get());
+    return panels;
+  }
   Floats w_rows = floats(4 * n * k);
   for (int g = 0; g < 4; ++g)
     std::memcpy(w_rows.get() + g * n * k, w + (g * hidden + u.begin) * k, sizeof(float) * n * k);
@@ -205,17 +213,10 @@ ffi::Error Forward(ffi::BufferR2<ffi::F32> source, ffi::BufferR2<ffi::S32> rows,
   const bool vector = vectorised.load();
   on_team(d.h, [&](Units u) {
     const int64_t n = u.size(), panels = (n + 15) / 16;
-    // AVX-512: our tile GEMM on W_hh packed in panels of 16 units, each tile's gate math right after it; else MKL's
-    // packed GEMM for all of the thread's units at once, then their gate math.
-    Floats packed = floats(vector ? panels * d.h * 64 : 0), packed_x = floats(vector ? panels * inputs * 64 : 0);
+    // AVX-512: our tile GEMM on the weights packed in panels of 16 units, each tile's gate math right after it;
+    // else MKL's packed GEMM for all of the thread's units at once, then their gate math.
+    Floats packed = packed_rows(w, d.h, d.h, u, d.b, vector), packed_x = packed_rows(wx, d.h, inputs, u, d.b, vector);
     Floats pre = floats(vector ? kTileRows * 64 : d.b * 4 * n);
-    if (n > 0 && vector) {
-      pack_panels(w, d.h, d.h, u.begin, n, packed.get());
-      pack_panels(wx, d.h, inputs, u.begin, n, packed_x.get());
-    } else if (n > 0) {
-      packed = mkl_packed_rows(w, d.h, d.h, u, d.b);
-      if (inputs > 0) packed_x = mkl_packed_rows(wx, d.h, inputs, u, d.b);
-    }
     for (int64_t t = 0; t < d.t; ++t) {
       const float* h_prev = h_buffers.get() + (t % 2) * d.b * d.h;
       float* h_next = h_buffers.get() + ((t + 1) % 2) * d.b * d.h;
@@ -289,8 +290,8 @@ void input_weight_gradient(const Dims& d, int64_t inputs, const float* dz, const
 }
 
 // The columns `cols` of a (4H, width) weight (W_hh, W_ih) for the backward's per-step product with dz_t (B, 4H): in
-// panels of 64 columns for our tiles on AVX-512, else packed by MKL.
-Floats mkl_or_tile_columns(const float* w, int64_t gates, int64_t width, Units cols, int64_t batch, bool vector) {
+// panels of 64 columns for our tiles on AVX-512 (pack_columns), else packed by MKL.
+Floats packed_columns(const float* w, int64_t gates, int64_t width, Units cols, int64_t batch, bool vector) {
   const int64_t n = cols.size();
   if (n == 0) return floats(0);
   if (vector) {
@@ -303,9 +304,9 @@ Floats mkl_or_tile_columns(const float* w, int64_t gates, int64_t width, Units c
   return packed;
 }
 
-// out[:, cols] (B, n; rows `ldo` apart) = dz_t (B, 4H) . the packed columns (mkl_or_tile_columns).
-void times_columns(const float* dz_t, int64_t batch, int64_t gates, const float* packed, int64_t panels, Units cols,
-                   float* out, int64_t ldo, float* tile_out, bool vector) {
+// out[:, cols] (B, n; rows `ldo` apart) = dz_t (B, 4H) . the packed columns (packed_columns).
+void times_columns(const float* dz_t, int64_t batch, int64_t gates, const float* packed, Units cols, float* out,
+                   int64_t ldo, float* tile_out, bool vector) {
   const int64_t n = cols.size();
   if (n == 0) return;
   if (!vector) {
@@ -313,7 +314,7 @@ void times_columns(const float* dz_t, int64_t batch, int64_t gates, const float*
                         out + cols.begin, ldo);
     return;
   }
-  for (int64_t q = 0; q < panels; ++q)
+  for (int64_t q = 0; q < (n + 63) / 64; ++q)
     for (int64_t b0 = 0; b0 < batch; b0 += kTileRows) {
       const int rows = static_cast<int>(std::min<int64_t>(kTileRows, batch - b0));
       tile_rows(rows, {dz_t + b0 * gates, gates, gates, packed + q * gates * 64}, {nullptr, 0, 0, nullptr}, tile_out);
@@ -346,12 +347,11 @@ ffi::Error Backward(ffi::BufferR2<ffi::S32> rows, ffi::BufferR2<ffi::F32> w_hh, 
   const float *c_init = c0.typed_data(), *dys = dy.typed_data();
   const int32_t *len = lengths.typed_data(), *index = rows.typed_data();
   float *dh = dh0->typed_data(), *dc = dc0->typed_data(), *ds = d_source->typed_data();
-  huge_pages(dxs, dx->size_bytes());
   // dz (T, B, 4H): d_source itself where the gates were not gathered, else a scratch that each step is added from
   // into its rows of d_source (the embedding fold's gradient, a scatter-add).
   std::unique_ptr<Scratch> scratch = gathered ? std::make_unique<Scratch>(d.t * d.b * 4 * d.h) : nullptr;
   float* dzs = gathered ? scratch->get() : ds;
-  huge_pages(ds, d_source->size_bytes());
+  huge_pages(ds, d_source->size_bytes()), huge_pages(dxs, dx->size_bytes());
   std::memcpy(dh, dh_t.typed_data(), sizeof(float) * d.b * d.h);
   std::memcpy(dc, dc_t.typed_data(), sizeof(float) * d.b * d.h);
   Floats dh_step = floats(d.b * d.h);  // dh_t + dy_t: the step's total gradient of h
@@ -359,9 +359,9 @@ ffi::Error Backward(ffi::BufferR2<ffi::S32> rows, ffi::BufferR2<ffi::F32> w_hh, 
   on_team(d.h, [&](Units u) {
     // Each thread computes dh_{t-1} for its units and dx_t for its share of the inputs (dealt as the units are).
     const Units cols = units_of(omp_get_thread_num(), omp_get_num_threads(), inputs);
-    const int64_t n = u.size(), width = 4 * d.h, panels = (n + 63) / 64, panels_x = (cols.size() + 63) / 64;
-    Floats packed = mkl_or_tile_columns(w, width, d.h, u, d.b, vector);
-    Floats packed_x = mkl_or_tile_columns(wx, width, inputs, cols, d.b, vector), tile_out = floats(kTileRows * 64);
+    const int64_t n = u.size(), width = 4 * d.h;
+    Floats packed = packed_columns(w, width, d.h, u, d.b, vector);
+    Floats packed_x = packed_columns(wx, width, inputs, cols, d.b, vector), tile_out = floats(kTileRows * 64);
     if (gathered)  // this thread's columns of d_source, zeroed: the steps add into them
       for (int64_t r = 0; r < sources; ++r)
         for (int g = 0; g < 4; ++g) std::memset(ds + r * width + g * d.h + u.begin, 0, sizeof(float) * n);
@@ -388,9 +388,8 @@ ffi::Error Backward(ffi::BufferR2<ffi::S32> rows, ffi::BufferR2<ffi::F32> w_hh, 
 #pragma omp barrier
       const float* dz_t = dzs + t * d.b * width;
       // dh_{t-1} of this thread's units = dz_t (B, 4H) . W_hh[:, units]; dx_t of its inputs = dz_t . W_ih[:, cols]
-      times_columns(dz_t, d.b, width, packed.get(), panels, u, dh, d.h, tile_out.get(), vector);
-      times_columns(dz_t, d.b, width, packed_x.get(), panels_x, cols, dxs + t * d.b * inputs, inputs, tile_out.get(),
-                    vector);
+      times_columns(dz_t, d.b, width, packed.get(), u, dh, d.h, tile_out.get(), vector);
+      times_columns(dz_t, d.b, width, packed_x.get(), cols, dxs + t * d.b * inputs, inputs, tile_out.get(), vector);
       if (n > 0) {
         for (int64_t b = 0; b < d.b; ++b)
           if (t >= len[b]) std::memcpy(dh + b * d.h + u.begin, dh_step.get() + b * d.h + u.begin, sizeof(float) * n);

@@ -67,11 +67,11 @@ def kernel_layer(gates_x, w_hh, h0, c0, lengths):
 
 
 def _outputs_and_gradients(layer, args, cotangents):
-    """A layer's (outputs, (h_T, c_T)) and the gradients of Σ cotangent · output by its 4 float arguments."""
+    """A layer's (outputs, (h_T, c_T)) and the gradients of Σ cotangent · output by each of its float arguments."""
     def loss(*a):
         ys, (h, c) = layer(*a)
         return sum(jnp.sum(w * v) for w, v in zip(cotangents, (ys, h, c))), (ys, h, c)
-    (_, outputs), grads = jax.jit(jax.value_and_grad(loss, argnums=(0, 1, 2, 3), has_aux=True))(*args)
+    (_, outputs), grads = jax.jit(jax.value_and_grad(loss, argnums=tuple(range(len(args))), has_aux=True))(*args)
     return outputs, grads
 
 
@@ -108,15 +108,6 @@ def _projected_layers(lengths):
     return in_kernel, in_xla
 
 
-def _all_gradients(layer, args, cotangents):
-    """As :func:`_outputs_and_gradients`, by every float argument of ``layer``."""
-    def loss(*a):
-        ys, (h, c) = layer(*a)
-        return sum(jnp.sum(w * v) for w, v in zip(cotangents, (ys, h, c))), (ys, h, c)
-    (_, outputs), grads = jax.jit(jax.value_and_grad(loss, argnums=tuple(range(len(args))), has_aux=True))(*args)
-    return outputs, grads
-
-
 @needs_library
 @pytest.mark.parametrize("hidden,inputs", [(16, 1), (40, 40), (70, 23), (16, 150)])
 def test_a_layer_input_projected_inside_the_kernel_computes_xlas_projection_then_recurrence(hidden, inputs):
@@ -124,7 +115,8 @@ def test_a_layer_input_projected_inside_the_kernel_computes_xlas_projection_then
     # 23: one short block; 1: one thread, one lane.
     args, lengths, cotangents = _projected_args(hidden, inputs)
     in_kernel, in_xla = _projected_layers(lengths)
-    _assert_close(_all_gradients(in_kernel, args, cotangents), _all_gradients(in_xla, args, cotangents), REL_TOL)
+    _assert_close(_outputs_and_gradients(in_kernel, args, cotangents),
+                  _outputs_and_gradients(in_xla, args, cotangents), REL_TOL)
 
 
 @needs_library
@@ -137,11 +129,11 @@ def test_the_scalar_gate_math_computes_what_the_vectorised_one_does(projected):
     else:
         args, lengths, cotangents = _recurrence_args(40)
         layer = lambda *a: kernel_layer(*a, lengths)  # noqa: E731
-    vectorised = _all_gradients(layer, args, cotangents)
+    vectorised = _outputs_and_gradients(layer, args, cotangents)
     previous = kernel.library().lstm_kernel_set_vectorised(0)
     try:
         assert kernel.describe(40)["gate_math"] == "scalar, the C library's exp and tanh"
-        scalar = _all_gradients(jax.jit(layer), args, cotangents)
+        scalar = _outputs_and_gradients(jax.jit(layer), args, cotangents)
     finally:
         kernel.library().lstm_kernel_set_vectorised(previous)
     _assert_close(scalar, vectorised, 1e-6)
