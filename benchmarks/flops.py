@@ -8,7 +8,10 @@ Per batch of B texts of T tokens, L layers, hidden size H, embedding size E (D_0
 The *model* figure (71.76 GFLOP per training step at the seed's configuration) is the same for every variant,
 as MFU uses it. What a variant *executes* can be less: the JAX fused stack with the embedding fold computes
 layer 0's input projection as ``(table W_ihᵀ + b)[tokens]``, a (V, E)·(E, 4H) product instead of (T·B, E)·(E, 4H)
-whenever V < T·B. Not counted: gate nonlinearities, bias additions, the gather, loss, clipping and Adam.
+whenever V < T·B; our kernel (``--lstm-impl kernel``) projects only the U table rows a batch's tokens use, a (U, E)·
+(E, 4H) product (U the batch's distinct token ids: 640-970 of the seed's 4398, so this depends on the data, and the
+bench counts the mean over the batches a variant steps through). Not counted: gate nonlinearities, bias additions,
+the gather, loss, clipping and Adam.
 """
 
 
@@ -25,8 +28,10 @@ def step_flops(cfg, step: str) -> int:
     return {"train": 3 * forward, "eval": forward}[step]
 
 
-def executed_step_flops(cfg, step: str, vocab_size: int, folds: bool) -> int:
-    """What a variant computes: :func:`step_flops`, less the fold's saving when it ``folds`` the embedding."""
+def executed_step_flops(cfg, step: str, vocab_size: int, folds: bool, used_rows: float | None = None) -> int:
+    """What a variant computes: :func:`step_flops`, less the fold's saving when it ``folds`` the embedding: the fold
+    projects the whole table (V rows) or, given ``used_rows`` (a batch's distinct tokens, a mean), those rows."""
     tokens = cfg.batch_size * cfg.seq_len
-    saved = 2 * 4 * cfg.hidden_dim * cfg.embed_dim * (tokens - vocab_size) if folds and vocab_size < tokens else 0
-    return step_flops(cfg, step) - (3 if step == "train" else 1) * saved
+    rows = vocab_size if used_rows is None else used_rows
+    saved = 2 * 4 * cfg.hidden_dim * cfg.embed_dim * (tokens - rows) if folds and vocab_size < tokens else 0
+    return round(step_flops(cfg, step) - (3 if step == "train" else 1) * saved)

@@ -35,7 +35,7 @@ import jax.numpy as jnp  # noqa: E402
 import torch  # noqa: E402
 from jax import lax  # noqa: E402
 
-from benchmarks.stats import RESAMPLES  # noqa: E402
+from benchmarks.stats import median_ci  # noqa: E402
 from common.config import Parser  # noqa: E402
 from common.errors import cli_main  # noqa: E402
 from jax_impl import kernel, native, onednn, recurrence  # noqa: E402
@@ -117,13 +117,6 @@ def timed(fn: Callable[[], object]) -> float:
     start = time.perf_counter()
     jax.block_until_ready(fn())
     return time.perf_counter() - start
-
-
-def median_ci(samples: np.ndarray, rng: np.random.Generator) -> dict:
-    """Median of ``samples`` (per round) in ms and its 95% bootstrap interval over the rounds."""
-    draws = np.median(rng.choice(samples, (RESAMPLES, len(samples))), axis=1)
-    low, high = np.percentile(draws, [2.5, 97.5])
-    return {"ms": float(np.median(samples)) * 1e3, "ci95_ms": [float(low) * 1e3, float(high) * 1e3]}
 
 
 # Differences of pieces (paired by round): what each says about the loop.

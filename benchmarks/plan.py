@@ -100,10 +100,9 @@ VARIANTS = (
             headline=("vendor kernel",), wording="oneDNN through XLA's FFI"),
     Variant("jax", "kernel", "kernel", "our own recurrence kernel through XLA's FFI, one call per layer and pass: "
             "each step's GEMM of [x_t, h_t-1] against [W_ih; W_hh] in AVX-512 register tiles with the gate math after "
-            "each, a team of threads over the hidden units; the embedding fold's table projection in XLA "
-            "(--lstm-impl kernel)", (),
-            {"lstm_impl": "kernel"},
-            {"cpu": "lstm_kernel_forward"}, headline=("kernel",), wording="our recurrence kernel"),
+            "each, a team of threads over the hidden units; the embedding fold too, over the table rows a batch uses "
+            "(--lstm-impl kernel)", ("cpu",), {"lstm_impl": "kernel"}, {"cpu": "lstm_kernel_forward"}, main=True,
+            headline=("kernel",), wording="our recurrence kernel"),
 )
 
 QUICK_CONFIG = {"embed_dim": 16, "hidden_dim": 16, "seq_len": 16, "batch_size": 8}

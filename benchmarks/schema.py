@@ -29,6 +29,8 @@ class Setup:
     # the float rules in force: "precision" (the framework's matmul settings), "flush_denormal" (measured for torch);
     # torch: "kernel_dtypes" (each LSTM op -> the dtypes it computed in), "lstm_kernel"; under bfloat16 "bfloat16",
     # what the twin computes in it (common.precision)
+    distinct_tokens: dict | None = None  # per step kind: the mean distinct token ids of a batch it steps through (the
+    # embedding rows a batch reads; benchmarks.flops counts the fold over those rows where the kernel computes it)
 
 
 @dataclass

@@ -16,6 +16,14 @@ METHOD = (f"median over paired, interleaved rounds of baseline s / variant s, ea
           f"interval: two-level percentile bootstrap, replicates then rounds ({RESAMPLES} resamples, seed 0)")
 
 
+def median_ci(samples: np.ndarray, rng: np.random.Generator) -> dict:
+    """Median of ``samples`` (seconds, one per round) in ms and its 95% percentile-bootstrap interval over the rounds
+    (the benchmarks' one-process measurements: loop_cost, rng_cost)."""
+    draws = np.median(rng.choice(samples, (RESAMPLES, len(samples))), axis=1)
+    low, high = np.percentile(draws, [2.5, 97.5])
+    return {"ms": float(np.median(samples)) * 1e3, "ci95_ms": [float(low) * 1e3, float(high) * 1e3]}
+
+
 def spread(times: Sequence[float]) -> Spread | None:
     """Median, p25 and p75 of ``times`` (seconds), or None without any."""
     return Spread(*(float(x) for x in np.percentile(times, [50, 25, 75]))) if len(times) else None

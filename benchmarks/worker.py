@@ -19,7 +19,7 @@ import numpy as np
 
 from benchmarks.processes import REPLY_TAG
 from benchmarks.sides import JaxSide, TorchSide, gemm_gflop_s
-from common.batches import batches
+from common.batches import batches, mean_distinct_tokens
 from common.config import Config
 from common.errors import UnsupportedError, UserError
 from common.loop import load_run, train_steps
@@ -73,7 +73,9 @@ class Bench:
 
     def setup(self, msg: dict) -> dict:
         """Compile, the first step, warm-up and provenance, each step kind in turn (one worker at a time)."""
+        train = batches(self.data.train, self.cfg.batch_size, shuffle_seed=self.cfg.seed)
         out = {"vocab_size": len(self.data.vocab), "info": self.side.info(), "phases": {},
+               "distinct_tokens": {"train": mean_distinct_tokens(train), "eval": mean_distinct_tokens(self.eval)},
                "record": {k: v for k, v in self.twin.record.items() if isinstance(v, (str, int, float, bool))}}
         for kind in msg["phases"]:  # inference first: its peak memory is read before training raises it
             if kind == "parts":  # its functions were compiled while loading: the first step and warm-up

@@ -40,3 +40,10 @@ def batches(split, batch_size: int, *, shuffle_seed: int | None = None, epoch: i
         idx = order[lo: lo + batch_size]
         # A text with no tokens is read as one <pad>: packed sequences need a length of at least 1.
         yield Batch(split.tokens[idx], split.labels[idx], np.maximum(split.lengths[idx], 1))
+
+
+def mean_distinct_tokens(batch_list) -> float:
+    """The mean, over ``batch_list``, of the distinct token ids in a batch's (B, T) tokens, padding included: the
+    rows of the embedding table a batch reads (0.0 for no batches)."""
+    counts = [np.unique(b.tokens).size for b in batch_list]
+    return float(np.mean(counts)) if counts else 0.0

@@ -6,9 +6,11 @@ The kernel projects each layer's input itself (:func:`jax_impl.recurrence.embedd
 packed once per call, run by its own register tiles on AVX-512 (elsewhere by MKL's packed GEMM), each tile followed by
 its gate math, vectorised, on a team of threads that each own a range of hidden units. Measured, this is faster than
 XLA's one (T·B, D)·(D, 4H) GEMM before the call: no (T, B, 4H) buffer is written and read back, and the tiles run
-nearer the CPU's peak (``benchmarks/PERFORMANCE.md``). The embedding fold's table projection stays in XLA: the kernel
-reads its rows of layer 0's input gates in place, and adds their gradient into them, where XLA would gather (T, B, 4H)
-and scatter it back. The backward computes each step's ``dh_{t-1}`` and ``dx_t`` in the same tiles, and the weight
+nearer the CPU's peak (``benchmarks/PERFORMANCE.md``). The kernel folds the embedding itself too (a
+:class:`~jax_impl.recurrence.TableInput`): it projects only the table rows the batch's tokens use (640-970 of the
+seed's 4398), where XLA's fold projects the whole table, and each step reads its tokens' rows of that projection in
+place. This is the one place where the kernel computes less than the XLA tiers: the bench counts it (exec GFLOP).
+The backward computes each step's ``dh_{t-1}`` and ``dx_t`` in the same tiles, and the weight
 gradients as MKL GEMMs over all steps. Forward and backward are one ``jax.custom_vjp``: the forward call keeps the
 activated gates and the cell states for the backward one where a gradient is taken. Sequence lengths
 (``--padding right``) are the kernel's own: from step ``lengths[b]`` on, row b's carry stays. Float32 only: the kernel
@@ -64,9 +66,9 @@ def describe(hidden: int) -> dict:
             else "scalar, the C library's exp and tanh"}
 
 
-def _forward(source, rows, w_hh, h0, c0, lengths, x, w_ih, train: bool):
-    """source (N, 4H), rows (T, B) and x (T, B, D) → (y (T, B, H), h_T, c_T (B, H), activated gates (T, B, 4H), c
-    after each step (T, B, H)); the last two are empty (size 0) unless ``train``."""
+def _forward(source, rows, w_hh, h0, c0, lengths, x, w_ih, table, w_table, train: bool):
+    """source (N, 4H), rows (T, B), x (T, B, D) and table (V, E) → (y (T, B, H), h_T, c_T (B, H), activated gates
+    (T, B, 4H), c after each step (T, B, H)); the last two are empty (size 0) unless ``train``."""
     (steps, batch), width = rows.shape, source.shape[1]
     hidden = width // 4
     kept = (steps, batch) if train else (0, 0)
@@ -74,39 +76,42 @@ def _forward(source, rows, w_hh, h0, c0, lengths, x, w_ih, train: bool):
     library()  # registers the targets before XLA looks them up
     return jax.ffi.ffi_call(TARGETS[0], (f32(steps, batch, hidden), f32(batch, hidden), f32(batch, hidden),
                                          f32(*kept, width if train else 0), f32(*kept, hidden if train else 0)))(
-        source, rows, w_hh, h0, c0, lengths, x, w_ih, train=train)
+        source, rows, w_hh, h0, c0, lengths, x, w_ih, table, w_table, train=train)
 
 
-@partial(jax.custom_vjp, nondiff_argnums=(8,))
+@partial(jax.custom_vjp, nondiff_argnums=(10,))
 def lstm_recurrence(source: Array, rows: Array, w_hh: Array, h0: Array, c0: Array, lengths: Array, x: Array,
-                    w_ih: Array, gathered: bool) -> tuple[Array, LayerCarry]:
+                    w_ih: Array, table: Array, w_table: Array, gathered: bool) -> tuple[Array, LayerCarry]:
     """One layer's recurrence: step t of row b takes its input gates as ``x[t, b] W_ih^T`` plus row ``rows[t, b]``
     of ``source`` (N, 4H). The source holds the rest: the rows of gates_x (T·B, 4H) in order (``gathered`` False,
     D = 0), the projected embedding table's rows of the tokens (the embedding fold, ``gathered`` True: the kernel
     reads them in place and adds each step's gradient into them, D = 0), or one row, b_ih + b_hh, for every step
-    (``gathered`` True, x the layer's input: the kernel projects it inside each step's product). rows (T, B) int32,
-    w_hh (4H, H), h0 and c0 (B, H), lengths (B,) int32, x (T, B, D), w_ih (4H, D) → (outputs (T, B, H), 0 past a
-    row's length; (h_T, c_T) each (B, H)), all float32, every product full float32."""
-    ys, h, c, _, _ = _forward(source, rows, w_hh, h0, c0, lengths, x, w_ih, train=False)
+    (``gathered`` True, x the layer's input: the kernel projects it inside each step's product). Where ``table`` (V,
+    E) has E > 0, the kernel folds the embedding itself: rows are the tokens, source the one bias row, and the input
+    gates ``table[rows[t, b]] w_table^T + source[0]``, from the projection of the table rows the tokens use (E = 0:
+    table (0, 0), no fold). rows (T, B) int32, w_hh (4H, H), h0 and c0 (B, H), lengths (B,) int32, x (T, B, D),
+    w_ih (4H, D), w_table (4H, E) → (outputs (T, B, H), 0 past a row's length; (h_T, c_T) each (B, H)), all float32,
+    every product full float32."""
+    ys, h, c, _, _ = _forward(source, rows, w_hh, h0, c0, lengths, x, w_ih, table, w_table, train=False)
     return ys, (h, c)
 
 
-def _lstm_recurrence_forward(source, rows, w_hh, h0, c0, lengths, x, w_ih, gathered):
-    ys, h, c, gates, c_after = _forward(source, rows, w_hh, h0, c0, lengths, x, w_ih, train=True)
+def _lstm_recurrence_forward(source, rows, w_hh, h0, c0, lengths, x, w_ih, table, w_table, gathered):
+    ys, h, c, gates, c_after = _forward(source, rows, w_hh, h0, c0, lengths, x, w_ih, table, w_table, train=True)
     # Of the source only its row count is needed: a (N, 0) array carries it without keeping the source alive.
-    return (ys, (h, c)), (jnp.zeros((source.shape[0], 0), source.dtype), rows, w_hh, h0, c0, lengths, x, w_ih, ys,
-                          gates, c_after)
+    return (ys, (h, c)), (jnp.zeros((source.shape[0], 0), source.dtype), rows, w_hh, h0, c0, lengths, x, w_ih,
+                          table, w_table, ys, gates, c_after)
 
 
 def _lstm_recurrence_backward(gathered, residuals, cotangents):
-    source_rows, rows, w_hh, h0, c0, lengths, x, w_ih, ys, gates, c_after = residuals
+    source_rows, rows, w_hh, h0, c0, lengths, x, w_ih, table, w_table, ys, gates, c_after = residuals
     dy, (dh, dc) = cotangents
     like = lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype)  # noqa: E731
     d_source = jax.ShapeDtypeStruct((source_rows.shape[0], gates.shape[-1]), gates.dtype)
-    d_source, dw_hh, dh0, dc0, dx, dw_ih = jax.ffi.ffi_call(
-        TARGETS[1], (d_source, like(w_hh), like(h0), like(c0), like(x), like(w_ih)))(
-        rows, w_hh, h0, ys, gates, c_after, c0, lengths, dy, dh, dc, x, w_ih, gathered=gathered)
-    return d_source, None, dw_hh, dh0, dc0, None, dx, dw_ih
+    d_source, dw_hh, dh0, dc0, dx, dw_ih, d_table, dw_table = jax.ffi.ffi_call(
+        TARGETS[1], (d_source, like(w_hh), like(h0), like(c0), like(x), like(w_ih), like(table), like(w_table)))(
+        rows, w_hh, h0, ys, gates, c_after, c0, lengths, dy, dh, dc, x, w_ih, table, w_table, gathered=gathered)
+    return d_source, None, dw_hh, dh0, dc0, None, dx, dw_ih, d_table, dw_table
 
 
 lstm_recurrence.defvjp(_lstm_recurrence_forward, _lstm_recurrence_backward)
@@ -115,26 +120,33 @@ lstm_recurrence.defvjp(_lstm_recurrence_forward, _lstm_recurrence_backward)
 def kernel_recurrence(source, w_hh: Array, h0: Array, c0: Array, lengths: Array | None, precision):
     """:func:`lstm_recurrence` as :func:`jax_impl.recurrence.embedding_lstm_stack` calls a layer's recurrence:
     ``source`` the layer's input unprojected (a :class:`~jax_impl.recurrence.LayerInput`: the kernel projects it),
-    (table_gates (V, 4H), tokens (T, B)) on the embedding fold's path, or the input projection (T, B, 4H). The kernel
-    computes in full float32 whatever ``precision`` says (the CPU has no TF32)."""
+    the embedding fold's (a :class:`~jax_impl.recurrence.TableInput`: the kernel projects the table rows the tokens
+    use), or the input projection: (table_gates (V, 4H), tokens (T, B)) or (T, B, 4H). The kernel computes in full
+    float32 whatever ``precision`` says (the CPU has no TF32)."""
     del precision
     width = w_hh.shape[0]
+    # Nothing to project: x (T, B, 0) with W_ih (4H, 0); no table to fold: (0, 0) with w_table (4H, 0).
+    unprojected = lambda rows: jnp.zeros((*rows.shape, 0), jnp.float32)  # noqa: E731
+    no_weight, no_table = jnp.zeros((width, 0), jnp.float32), jnp.zeros((0, 0), jnp.float32)
     if isinstance(source, recurrence.LayerInput):
-        x, w_ih = source.x, source.w_ih
-        gate_rows, rows, gathered = source.bias[None], jnp.zeros(x.shape[:2], jnp.int32), True
+        rows = jnp.zeros(source.x.shape[:2], jnp.int32)
+        args = (source.bias[None], rows, source.x, source.w_ih, no_table, no_weight, True)
+    elif isinstance(source, recurrence.TableInput):
+        rows = source.tokens.astype(jnp.int32)
+        args = (source.bias[None], rows, unprojected(rows), no_weight, source.table, source.w_ih, True)
+    elif isinstance(source, tuple):
+        gate_rows, tokens = source
+        rows = tokens.astype(jnp.int32)
+        args = (gate_rows, rows, unprojected(rows), no_weight, no_table, no_weight, True)
     else:
-        if isinstance(source, tuple):
-            gate_rows, tokens = source
-            rows, gathered = tokens.astype(jnp.int32), True
-        else:
-            steps, batch, _ = source.shape
-            gate_rows = source.reshape(steps * batch, width)
-            rows, gathered = jnp.arange(steps * batch, dtype=jnp.int32).reshape(steps, batch), False
-        # No input left to project: D = 0.
-        x, w_ih = jnp.zeros((*rows.shape, 0), jnp.float32), jnp.zeros((width, 0), jnp.float32)
+        steps, batch, _ = source.shape
+        rows = jnp.arange(steps * batch, dtype=jnp.int32).reshape(steps, batch)
+        args = (source.reshape(steps * batch, width), rows, unprojected(rows), no_weight, no_table, no_weight, False)
+    gate_rows, rows, x, w_ih, table, w_table, gathered = args
     if lengths is None:
         lengths = jnp.full(rows.shape[1], rows.shape[0], jnp.int32)
-    return lstm_recurrence(gate_rows, rows, w_hh, h0, c0, lengths.astype(jnp.int32), x, w_ih, gathered)
+    return lstm_recurrence(gate_rows, rows, w_hh, h0, c0, lengths.astype(jnp.int32), x, w_ih, table, w_table,
+                           gathered)
 
 
 def kernel_stack(table: Array, tokens: Array, weights: Sequence[LayerWeights], carry: Carry, lengths: Array | None,

@@ -36,6 +36,16 @@ class LayerInput(NamedTuple):
     bias: Array
 
 
+class TableInput(NamedTuple):
+    """Layer 0's input as the embedding fold leaves it to a recurrence that projects it itself: the table (V, E), the
+    tokens (T, B) int, w_ih (4H, E), bias b_ih + b_hh (4H,). Step t of row b takes ``table[tokens[t, b]] W_ih^T +
+    bias``; the recurrence need project only the rows the tokens use."""
+    table: Array
+    tokens: Array
+    w_ih: Array
+    bias: Array
+
+
 # --- Shared pieces: one cell step forward and backward on a (B, 4H) gate block, loop buffers ---------------------
 
 def _project(x: Array, w_ih: Array, b_ih: Array, b_hh: Array, precision: lax.Precision) -> Array:
@@ -359,15 +369,14 @@ def embedding_lstm_stack(table: Array, tokens: Array, layer_params: Sequence[Lay
     the same sums associated differently; otherwise it is ``table[tokens] W_ih^T``, as in ``nn.LSTM``. Every
     matmul, forward and backward, runs at ``precision``. ``layer_recurrence``: what runs each layer's recurrence on
     the layer-by-layer path, called as :func:`xla_recurrence` is (:mod:`jax_impl.kernel` passes its kernel); with
-    ``recurrence_projects`` it gets each input that would be projected here as a :class:`LayerInput` instead (the
-    embedding fold's table projection stays here).
+    ``recurrence_projects`` it gets each input that would be projected here as a :class:`LayerInput` instead, and
+    the embedding fold's as a :class:`TableInput`.
     """
     wave = wavefront and len(layer_params) == 2
+    projects = recurrence_projects and not wave  # the wavefront calls no layer_recurrence: it projects here
 
-    def project(x, w_ih, b_ih, b_hh):  # the wavefront calls no layer_recurrence: it projects here
-        if recurrence_projects and not wave:
-            return LayerInput(x, w_ih, b_ih + b_hh)
-        return _project(x, w_ih, b_ih, b_hh, precision)
+    def project(x, w_ih, b_ih, b_hh):
+        return LayerInput(x, w_ih, b_ih + b_hh) if projects else _project(x, w_ih, b_ih, b_hh, precision)
 
     if dropout_masks is not None:
         if len(dropout_masks) != len(layer_params) - 1:
@@ -375,8 +384,9 @@ def embedding_lstm_stack(table: Array, tokens: Array, layer_params: Sequence[Lay
         dropout_masks = [lax.stop_gradient(m) for m in dropout_masks]  # constants: no gradient flows to them
     w_ih0, _, b_ih0, b_hh0 = layer_params[0]
     if embed_fold and table.shape[0] < tokens.size:
-        # Gathered inside the loop, row by row where it can be.
-        source = (dot(table, w_ih0.T, precision) + (b_ih0 + b_hh0), tokens)
+        # Gathered inside the loop, row by row where it can be; a recurrence that projects gathers its own rows.
+        source = (TableInput(table, tokens, w_ih0, b_ih0 + b_hh0) if projects
+                  else (dot(table, w_ih0.T, precision) + (b_ih0 + b_hh0), tokens))
     else:
         source = project(jnp.take(table, tokens, axis=0), w_ih0, b_ih0, b_hh0)
     if wave:

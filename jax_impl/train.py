@@ -20,7 +20,7 @@ from common.interrupts import exit_process
 from common.params import Params
 from common.precision import BFLOAT16_RULES
 from common.runstate import Progress
-from jax_impl import kernel, onednn, xla_env
+from jax_impl import kernel, onednn, rng_lowering, xla_env
 from jax_impl.convert import from_flax, to_flax
 from jax_impl.distributed import placement
 from jax_impl.model import model_from_config, resolve_lstm_impl
@@ -48,11 +48,14 @@ class JaxTwin:
                                    f"call over a mesh")
         self.is_main = True  # one process drives every device
         self.key = jax.device_put(jax.random.key(cfg.seed), self.place.replicated)  # dropout: fold_in(key, step)
+        unrolled = rng_lowering.unroll_threefry_on_cpu()  # before the steps are lowered: the same bits, faster
         self.step, self.evaluate = make_train_step(self.model, cfg), make_eval_step(self.model, cfg)
         self.record = {"framework": "jax", "jax": jax.__version__, "device": self.place.describe(),
                        "devices": self.place.devices, "dtype": cfg.dtype, "lstm_impl": self.model.lstm_impl,
                        "flush_denormal": device.platform == "cpu", "allow_tf32": cfg.allow_tf32,
                        "matmul_precision": self.model.precision.name.lower(), **xla_env.record()}
+        if device.platform == "cpu":
+            self.record["threefry_lowering"] = "unrolled" if unrolled else "rolled (JAX's default on the CPU)"
         if self.model.lstm_impl == "onednn":  # the vendor kernel's version, threads and measured float rule
             self.record.update(onednn.describe())
         if self.model.lstm_impl == "kernel":  # its GEMM, threads and gate math

@@ -34,6 +34,14 @@ def test_the_fold_projects_the_vocabulary_instead_of_the_tokens():
     assert executed_step_flops(cfg, "train", vocab_size=4, folds=False) == 3 * 4580
 
 
+def test_the_kernels_fold_projects_only_the_rows_a_batch_uses():
+    cfg = Config(batch_size=2, seq_len=3, embed_dim=4, hidden_dim=5, layers=2)  # T·B = 6 tokens, V = 4
+    # 2.5 rows used on average: 2·2.5·20·4 = 400 instead of 960, once per forward-sized product.
+    assert executed_step_flops(cfg, "eval", vocab_size=4, folds=True, used_rows=2.5) == 4580 - 560
+    assert executed_step_flops(cfg, "train", vocab_size=4, folds=True, used_rows=2.5) == 3 * (4580 - 560)
+    assert executed_step_flops(cfg, "train", vocab_size=7, folds=True, used_rows=2.5) == 3 * 4580  # V ≥ T·B: no fold
+
+
 def test_seed_configuration_fold_saves_about_14_gflop():
     saved = step_flops(Config(), "train") - executed_step_flops(Config(), "train", vocab_size=4398, folds=True)
     assert abs(saved / 1e9 - 13.8) < 0.1  # 3 · 2·1024·400·(10000 - 4398) = 13.77 GFLOP

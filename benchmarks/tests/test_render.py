@@ -53,8 +53,9 @@ def test_a_saved_runs_report_sets_its_headline_sentences_under_the_main_table():
     lines = render.render(doc).splitlines()
     after_table = lines.index("", lines.index(next(x for x in lines if x.startswith("tier  "))))
     assert lines[after_table + 1:after_table + 1 + len(doc["headline"])] == doc["headline"]
-    # stock, best tuned, same algorithm, vendor kernel (jax:onednn on the CPU), and torch:compile not timed
-    assert len(doc["headline"]) == 5 and doc["headline"][3].startswith("Vendor kernel against vendor kernel")
+    # stock, best tuned, same algorithm, vendor kernel (jax:onednn on the CPU), our kernel, torch:compile not timed
+    assert len(doc["headline"]) == 6 and doc["headline"][3].startswith("Vendor kernel against vendor kernel")
+    assert doc["headline"][4].startswith("JAX with a custom kernel against stock PyTorch")
 
 
 def test_convergence_tables_set_each_twins_bfloat16_beside_its_float32():

@@ -142,9 +142,17 @@ def test_warnings_flag_busy_rounds_mixed_devices_and_utilisation_above_the_peak(
     rows = [replace(torch, utilisation=1.2), replace(jit, device_name="NVIDIA H200", utilisation=0.3)]
     out = results.warnings(rows, [Round([], 2.0, True), Round([], 0.0, False)])
     assert len(out) == 3
-    assert "different devices" in out[0] and "exceeds the measured GEMM peak" in out[1]
+    assert "different devices" in out[0] and "executes more FLOP/s than the measured GEMM peak" in out[1]
     assert out[2].startswith("1 of 2 rounds ran while other processes used more than half the cores")
     assert results.warnings([replace(torch, utilisation=0.4)], [Round([], 0.0, False)]) == []
+
+
+def test_a_variant_above_the_peak_by_the_models_flops_only_is_not_flagged():
+    # The fold's saving: 1.1 of the peak by the model's count, 0.88 by what it executes.
+    torch = next(r for r in results.rows_for(session(), configs(session()), None, peak=None) if r.step == "train")
+    folded = replace(torch, utilisation=1.1, executed_gflop_per_step=0.8 * torch.model_gflop_per_step)
+    assert results.warnings([folded], [Round([], 0.0, False)]) == []
+    assert results.warnings([replace(folded, utilisation=1.3)], [Round([], 0.0, False)]) != []
 
 
 def test_efficiency_is_throughput_per_device_relative_to_the_smallest_count():

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from common.batches import batches, epoch_order, num_train_batches
+from common.batches import Batch, batches, epoch_order, mean_distinct_tokens, num_train_batches
 from common.data import EncodedSplit
 
 
@@ -82,3 +82,11 @@ def test_lengths_are_at_least_one_for_texts_with_no_tokens():
     split = EncodedSplit(split.texts, split.tokens, split.labels, np.array([0, 3, 0, 4], dtype=np.int32))
     (batch,) = batches(split, 4)
     np.testing.assert_array_equal(batch.lengths, [1, 3, 1, 4])
+
+
+def test_a_batchs_distinct_tokens_count_every_id_once_padding_included():
+    first = Batch(np.array([[5, 7, 0], [7, 7, 0]]), np.zeros(2, np.float32), np.array([2, 2]))
+    second = Batch(np.array([[1, 2, 3], [4, 5, 6]]), np.zeros(2, np.float32), np.array([3, 3]))
+    assert mean_distinct_tokens([first]) == 3.0  # 5, 7 and the padding 0
+    assert mean_distinct_tokens([first, second]) == 4.5
+    assert mean_distinct_tokens([]) == 0.0

@@ -1,16 +1,19 @@
 // Our own LSTM recurrence as XLA FFI handlers: one layer's recurrence per call, float32, PyTorch's gate order
-// (i, f, g, o) and layout. The call projects the layer's input x itself, inside each step's product; XLA computes
-// everything else (the embedding fold's table projection, the gradients of what is around the call).
+// (i, f, g, o) and layout. The call projects the layer's input itself, inside each step's product, and for layer 0
+// folds the embedding too (the table rows the tokens use, projected once); XLA computes everything else.
 //
-//   forward:  source (N, 4H) and rows (T, B) int32; x (T, B, D) and w_ih (4H, D): step t of row b takes the input
-//             gates x[t, b] W_ih^T + source[rows[t, b]]: the source is b_ih + b_hh as one row (the layer's input
-//             projected here), the projected embedding table's rows of the tokens (the embedding fold, gathered
-//             here; D = 0), or the rows of gates_x (T B, 4H) in order (D = 0); w_hh (4H, H), h0 and c0 (B, H),
-//             lengths (B,) int32 -> y (T, B, H), h_T and c_T (B, H); in training also, for the backward, the
-//             activated gates [sigmoid(i), sigmoid(f), tanh(g), sigmoid(o)] (T, B, 4H) and c after each step (T, B, H)
+//   forward:  source (N, 4H) and rows (T, B) int32; x (T, B, D) and w_ih (4H, D); table (V, E) and w_table (4H, E):
+//             step t of row b takes the input gates x[t, b] W_ih^T + source[rows[t, b]]: the source is b_ih + b_hh
+//             as one row (the layer's input projected here), the projected embedding table's rows of the tokens (the
+//             embedding fold, gathered here; D = 0), or the rows of gates_x (T B, 4H) in order (D = 0). Where E > 0
+//             the call folds the embedding itself: rows are the tokens, the source the one bias row, and the gates
+//             table[rows[t, b]] w_table^T + source[0] (D = 0). w_hh (4H, H), h0 and c0 (B, H), lengths (B,) int32
+//             -> y (T, B, H), h_T and c_T (B, H); in training also, for the backward, the activated gates
+//             [sigmoid(i), sigmoid(f), tanh(g), sigmoid(o)] (T, B, 4H) and c after each step (T, B, H)
 //   backward: rows, w_hh, h0, y, those gates, c after each step, c0, lengths, dy (T, B, H), dh_T and dc_T (B, H),
-//             x, w_ih -> d source (N, 4H) (the gradient of the gates' pre-activations, added up per source row where
-//             the rows were gathered), dw_hh (4H, H), dh0 and dc0 (B, H), dx (T, B, D), dw_ih (4H, D)
+//             x, w_ih, table, w_table -> d source (N, 4H) (the gradient of the gates' pre-activations, added up per
+//             source row where the rows were gathered), dw_hh (4H, H), dh0 and dc0 (B, H), dx (T, B, D), dw_ih
+//             (4H, D), d table (V, E), dw_table (4H, E)
 // From step lengths[b] on, row b's carry stops changing and its output is 0 (pack_padded_sequence's semantics).
 //
 // How it runs: one team of threads per call, for the whole sequence. Thread k owns a contiguous range of hidden
@@ -24,11 +27,15 @@
 // on AVX-512, also from torch, and the C library's elsewhere: accurate float32 functions, no fast approximations.
 #include <immintrin.h>
 #include <omp.h>
+#include <linux/futex.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <climits>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -108,7 +115,9 @@ class Scratch {
  public:
   explicit Scratch(size_t count) : count_(count) {
     std::lock_guard<std::mutex> lock(mutex_);
-    auto it = std::find_if(pool_.begin(), pool_.end(), [count](const auto& p) { return p.first >= count; });
+    auto it = pool_.end();  // the smallest pooled buffer that is large enough
+    for (auto p = pool_.begin(); p != pool_.end(); ++p)
+      if (p->first >= count && (it == pool_.end() || p->first < it->first)) it = p;
     if (it == pool_.end()) {
       data_ = floats(count);
     } else {
@@ -129,13 +138,62 @@ class Scratch {
   static inline std::vector<std::pair<size_t, Floats>> pool_;
 };
 
-// Asks Linux to back the whole 2 MiB pages inside [p, p + bytes) by transparent huge pages before they are first
-// written (where THP is madvise-only, as on the machines measured): XLA allocates the large outputs afresh on every
-// execution, and they would otherwise fault in 4 KiB at a time, which halved the faults of a training step.
-void huge_pages(void* p, size_t bytes) {
-  const uintptr_t huge = 2u << 20, begin = (reinterpret_cast<uintptr_t>(p) + huge - 1) & ~(huge - 1);
-  const uintptr_t end = (reinterpret_cast<uintptr_t>(p) + bytes) & ~(huge - 1);
-  if (end > begin) madvise(reinterpret_cast<void*>(begin), end - begin, MADV_HUGEPAGE);
+// Layer 0's input where the call is handed the embedding table (V, E) and W_ih (4H, E): the embedding fold done here,
+// over the rows the batch's tokens use only (the seed's batches use 640-970 of 4398), where XLA's fold projects the
+// whole table. `used` the distinct rows, ascending (U); `slot` (T B) each token's index into them.
+struct TableRows {
+  std::vector<int32_t> used, slot;
+};
+
+TableRows table_rows(const int32_t* tokens, int64_t count, int64_t vocab) {
+  TableRows out;
+  std::vector<int32_t> at(vocab, -1);
+  for (int64_t i = 0; i < count; ++i) at[tokens[i]] = 0;
+  for (int64_t v = 0; v < vocab; ++v)
+    if (at[v] == 0) at[v] = static_cast<int32_t>(out.used.size()), out.used.push_back(static_cast<int32_t>(v));
+  out.slot.resize(count);
+  for (int64_t i = 0; i < count; ++i) out.slot[i] = at[tokens[i]];
+  return out;
+}
+
+// The used rows of table (V, e), gathered into `rows` (U, e).
+void gather_rows(const float* table, int64_t e, const std::vector<int32_t>& used, float* rows) {
+  for (size_t u = 0; u < used.size(); ++u) std::memcpy(rows + u * e, table + used[u] * e, sizeof(float) * e);
+}
+
+// The used rows' input gates (U, 4H) = table[used] W_ih^T + bias: one MKL GEMM, threaded like the team. In MKL's
+// column-major terms gates^T (4H, U) = W_ih (4H, E) rows^T (E, U), rows the used rows gathered (U, E).
+void project_used(const float* rows, int64_t used, int64_t e, const float* w, int64_t width, const float* bias,
+                  float* gates) {
+  for (int64_t u = 0; u < used; ++u) std::memcpy(gates + u * width, bias, sizeof(float) * width);
+  if (used == 0) return;
+  const int m = static_cast<int>(width), n = static_cast<int>(used), k = static_cast<int>(e);
+  const float one = 1.0f;
+  const int threads = MKL_Set_Num_Threads_Local(team_size(width / 4));
+  sgemm_("T", "N", &m, &n, &k, &one, w, &k, rows, &k, &one, gates, &m);
+  MKL_Set_Num_Threads_Local(threads);
+}
+
+// From the used rows' gradients d_used (U, 4H) and those rows (U, E): d table (V, E), zero but for its used rows,
+// = d_used W_ih, and d W_ih (4H, E) = d_used^T rows. MKL's GEMMs, threaded like the team (column-major: d rows^T
+// (E, U) = W_ih^T (E, 4H) d_used^T (4H, U), d W_ih^T (E, 4H) = rows^T d_used).
+void table_gradients(const float* d_used, const TableRows& fold, const float* rows, int64_t e, const float* w,
+                     int64_t width, int64_t vocab, float* d_table, float* d_w) {
+  const int64_t used = static_cast<int64_t>(fold.used.size());
+  std::memset(d_table, 0, sizeof(float) * vocab * e);
+  if (used == 0) {
+    std::memset(d_w, 0, sizeof(float) * width * e);
+    return;
+  }
+  const int ei = static_cast<int>(e), n = static_cast<int>(used), g = static_cast<int>(width);
+  const float one = 1.0f, zero = 0.0f;
+  Scratch d_rows(used * e);
+  const int threads = MKL_Set_Num_Threads_Local(team_size(width / 4));
+  sgemm_("N", "N", &ei, &n, &g, &one, w, &ei, d_used, &g, &zero, d_rows.get(), &ei);
+  sgemm_("N", "T", &ei, &g, &n, &one, rows, &ei, d_used, &g, &zero, d_w, &ei);
+  MKL_Set_Num_Threads_Local(threads);
+  for (int64_t u = 0; u < used; ++u)
+    std::memcpy(d_table + fold.used[u] * e, d_rows.get() + u * e, sizeof(float) * e);
 }
 
 // The rows of thread `u`'s units of a gate weight w (4H, k), W_hh or W_ih, for the forward's per-step product with
@@ -157,61 +215,182 @@ Floats packed_rows(const float* w, int64_t hidden, int64_t k, Units u, int64_t b
   return packed;
 }
 
+// The sum over a call's steps of one thread's columns of dz (4 gate blocks of n units), step by step: each step's B
+// rows added in order, the steps' sums pairwise (a binary counter of partial sums), so that the rounding error grows
+// with B + log T, not with T B as a sum row after row (layer 1's bias gradient over the seed's 10000 rows, against
+// PyTorch's in the parity suite: 1.36e-5 relative summed row after row, 5.6e-6 so).
+class StepSums {
+ public:
+  explicit StepSums(int64_t n) : n_(n), step_(4 * n, 0.0f) {}
+
+  void add_row(const float* dz_row, int64_t stride) {  // gate g's block `stride` floats after gate g-1's
+    for (int g = 0; g < 4; ++g)
+      for (int64_t j = 0; j < n_; ++j) step_[g * n_ + j] += dz_row[g * stride + j];
+  }
+
+  void end_step() {  // the step's sum joins the partial sums, each of 2^k steps, as a binary counter counts
+    std::vector<float> carry(4 * n_, 0.0f);
+    carry.swap(step_);
+    for (size_t k = 0;; ++k) {
+      if (k == levels_.size()) levels_.emplace_back();
+      if (levels_[k].empty()) {
+        levels_[k] = std::move(carry);
+        return;
+      }
+      for (size_t i = 0; i < carry.size(); ++i) carry[i] = levels_[k][i] + carry[i];
+      levels_[k].clear();
+    }
+  }
+
+  void total(float* out, int64_t stride) const {  // into out's 4 gate blocks, `stride` floats apart
+    std::vector<float> sum(4 * n_, 0.0f);
+    for (const auto& level : levels_)
+      for (size_t i = 0; i < level.size(); ++i) sum[i] += level[i];
+    for (int g = 0; g < 4; ++g) std::memcpy(out + g * stride, sum.data() + g * n_, sizeof(float) * n_);
+  }
+
+ private:
+  int64_t n_;
+  std::vector<float> step_;
+  std::vector<std::vector<float>> levels_;  // levels_[k]: the sum of 2^k steps, or empty
+};
+
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23  // Linux 5.14; older kernels refuse it, and the pages fault in one by one as before
+#endif
+
+// Faults in the whole pages of share k of n of [p, p + bytes), in one call per thread. XLA allocates the large
+// outputs afresh on every execution, and faulting their pages in one by one, as the steps first write them, cost
+// more than computing the steps on the machines measured (a VM: each fault traps, and the two threads' faults contend
+// for the same locks). Measured on the seed's training step, steps 3 s apart: system time 100-220 ms a step without,
+// 40-70 ms with (benchmarks/PERFORMANCE.md). The contents are unchanged: it only maps the pages.
+void prefault(void* p, size_t bytes, int k, int n) {
+  const uintptr_t page = 4096, begin = (reinterpret_cast<uintptr_t>(p) + page - 1) & ~(page - 1);
+  const uintptr_t end = (reinterpret_cast<uintptr_t>(p) + bytes) & ~(page - 1);
+  if (end <= begin) return;
+  const uintptr_t pages = (end - begin) / page, first = begin + pages * k / n * page;
+  const uintptr_t last = begin + pages * (k + 1) / n * page;
+  if (last > first) madvise(reinterpret_cast<void*>(first), last - first, MADV_POPULATE_WRITE);
+}
+
 // ------------------------------------------------------------------------------------------- the team
 
-// Runs body(the units of thread k) for each thread k of a team that computes under the caller's float rules (XLA's
-// threads flush denormals; OpenMP's workers must do the same for the result not to depend on which thread computed
-// it), and with MKL single-threaded inside (the team is the parallelism).
+// Where a team's threads meet after each step. libgomp's own barrier spins only about 1000 times before it sleeps in
+// the kernel whenever it counts more threads than cores (XLA's pool threads count), and waking a sleeper costs more
+// than a step's imbalance between the threads: measured, 50-150 sleeps per thread per call and 5-40 ms of a call's
+// 35-90 spent waiting. This one spins for up to kSpin before it sleeps on a futex, which a step never needs.
+class StepBarrier {
+ public:
+  explicit StepBarrier(int threads) : threads_(threads) {}
+
+  void wait() {
+    const int phase = phase_.load(std::memory_order_acquire);
+    if (arrived_.fetch_add(1) == threads_ - 1) {  // the last to arrive releases the others
+      arrived_.store(0, std::memory_order_relaxed);
+      phase_.store(phase + 1);
+      if (sleepers_.load() > 0) futex(FUTEX_WAKE_PRIVATE, INT32_MAX);
+      return;
+    }
+    const auto start = std::chrono::steady_clock::now();
+    for (int i = 1; phase_.load(std::memory_order_acquire) == phase; ++i) {
+      _mm_pause();
+      if (i % 64 == 0 && std::chrono::steady_clock::now() - start > kSpin) {
+        sleepers_.fetch_add(1);  // seq_cst with the release above: either the releaser sees us, or we see it
+        while (phase_.load() == phase) futex(FUTEX_WAIT_PRIVATE, phase);
+        sleepers_.fetch_sub(1);
+        return;
+      }
+    }
+  }
+
+ private:
+  static constexpr auto kSpin = std::chrono::microseconds(200);  // a step of the seed's layer takes 170-300 us
+  void futex(int op, int value) {
+    syscall(SYS_futex, reinterpret_cast<int*>(&phase_), op, value, nullptr, nullptr, 0);
+  }
+  const int threads_;
+  std::atomic<int> arrived_{0}, phase_{0}, sleepers_{0};
+  static_assert(sizeof(std::atomic<int>) == sizeof(int), "the futex waits on the atomic's int");
+};
+
+// Runs body(the units of thread k, the team's step barrier) for each thread k of a team that computes under the
+// caller's float rules (XLA's threads flush denormals; OpenMP's workers must do the same for the result not to depend
+// on which thread computed it), and with MKL single-threaded inside (the team is the parallelism).
 template <typename Body>
 void on_team(int64_t hidden, Body body) {
   const unsigned csr = _mm_getcsr();
   const int n = team_size(hidden);
+  StepBarrier barrier(n);
 #pragma omp parallel num_threads(n)
   {
     _mm_setcsr(csr);
     MKL_Set_Num_Threads_Local(1);
-    body(units_of(omp_get_thread_num(), omp_get_num_threads(), hidden));
+    body(units_of(omp_get_thread_num(), omp_get_num_threads(), hidden), barrier);
   }
 }
 
 ffi::Error check_shapes(const Dims& d, int64_t n, int64_t width, ffi::BufferR2<ffi::S32> rows,
                         ffi::Span<const int64_t> w_hh, int64_t lengths, ffi::Span<const int64_t> x,
-                        ffi::Span<const int64_t> w_ih) {
+                        ffi::Span<const int64_t> w_ih, ffi::Span<const int64_t> table,
+                        ffi::Span<const int64_t> w_table) {
   if (width != 4 * d.h || w_hh[0] != 4 * d.h || w_hh[1] != d.h || lengths != d.b)
     return ffi::Error::InvalidArgument("lstm_kernel: w_hh must be (4H, H) and lengths (B,) for a source (N, 4H)");
   if (x[0] != d.t || x[1] != d.b || w_ih[0] != 4 * d.h || w_ih[1] != x[2])
     return ffi::Error::InvalidArgument("lstm_kernel: x must be (T, B, D) and w_ih (4H, D)");
+  if (w_table[0] != 4 * d.h || w_table[1] != table[1] || (table[1] > 0 && n != 1))
+    return ffi::Error::InvalidArgument("lstm_kernel: w_table must be (4H, E) for a table (V, E), the source one row");
+  if (table[1] > 0) n = table[0];  // the rows are the tokens, rows of the table
   const int32_t* r = rows.typed_data();
   if (std::any_of(r, r + rows.element_count(), [n](int32_t i) { return i < 0 || i >= n; }))
     return ffi::Error::InvalidArgument("lstm_kernel: a row index outside the source");
-  if (d.h * 4 > INT32_MAX / 2 || x[2] > INT32_MAX / 2 || d.t * d.b > INT32_MAX / 2)
+  if (d.h * 4 > INT32_MAX / 2 || x[2] > INT32_MAX / 2 || d.t * d.b > INT32_MAX / 2 || table[1] > INT32_MAX / 2)
     return ffi::Error::InvalidArgument("lstm_kernel: sizes beyond MKL's 32-bit dimensions");
   return ffi::Error::Success();
 }
 
 ffi::Error Forward(ffi::BufferR2<ffi::F32> source, ffi::BufferR2<ffi::S32> rows, ffi::BufferR2<ffi::F32> w_hh,
                    ffi::BufferR2<ffi::F32> h0, ffi::BufferR2<ffi::F32> c0, ffi::BufferR1<ffi::S32> lengths,
-                   ffi::BufferR3<ffi::F32> x, ffi::BufferR2<ffi::F32> w_ih, ffi::ResultBufferR3<ffi::F32> y,
+                   ffi::BufferR3<ffi::F32> x, ffi::BufferR2<ffi::F32> w_ih, ffi::BufferR2<ffi::F32> table,
+                   ffi::BufferR2<ffi::F32> w_table, ffi::ResultBufferR3<ffi::F32> y,
                    ffi::ResultBufferR2<ffi::F32> h_t, ffi::ResultBufferR2<ffi::F32> c_t,
                    ffi::ResultBufferR3<ffi::F32> gates, ffi::ResultBufferR3<ffi::F32> c_after, bool train) {
   const Dims d{rows.dimensions()[0], rows.dimensions()[1], source.dimensions()[1] / 4};
   if (auto err = check_shapes(d, source.dimensions()[0], source.dimensions()[1], rows, w_hh.dimensions(),
-                              lengths.element_count(), x.dimensions(), w_ih.dimensions());
+                              lengths.element_count(), x.dimensions(), w_ih.dimensions(), table.dimensions(),
+                              w_table.dimensions());
       err.failure())
     return err;
-  const GateRows gx{source.typed_data(), rows.typed_data(), 4 * d.h};
+  GateRows gx{source.typed_data(), rows.typed_data(), 4 * d.h};
+  const int64_t embed = table.dimensions()[1];  // E: 0 unless the call folds the embedding itself
+  TableRows fold;
+  std::unique_ptr<Scratch> used_gates;
+  if (embed > 0) {  // the used rows projected once; each step then gathers its tokens' rows from them
+    fold = table_rows(rows.typed_data(), d.t * d.b, table.dimensions()[0]);
+    const int64_t used = static_cast<int64_t>(fold.used.size());
+    Scratch used_rows(used * embed);
+    gather_rows(table.typed_data(), embed, fold.used, used_rows.get());
+    used_gates = std::make_unique<Scratch>(used * 4 * d.h);
+    project_used(used_rows.get(), used, embed, w_table.typed_data(), 4 * d.h, source.typed_data(),
+                 used_gates->get());
+    gx = {used_gates->get(), fold.slot.data(), 4 * d.h};
+  }
   const int64_t inputs = x.dimensions()[2];  // D: 0 where the source holds the whole input gates
   const float *w = w_hh.typed_data(), *xs = x.typed_data(), *wx = w_ih.typed_data();
   const int32_t* len = lengths.typed_data();
   float *ys = y->typed_data(), *a = gates->typed_data(), *cs = c_after->typed_data();
   float* c = c_t->typed_data();
-  huge_pages(ys, y->size_bytes()), huge_pages(a, gates->size_bytes()), huge_pages(cs, c_after->size_bytes());
+  // The outputs stay on XLA's 4 KiB pages. Transparent huge pages (madvise) halved a step's page faults back to back,
+  // but made steps that start seconds apart, as the bench's do, slower: where the VM hands freed 2 MiB blocks back to
+  // its host (free page reporting), each fresh huge page is faulted in on the host too (benchmarks/PERFORMANCE.md).
   std::memcpy(c, c0.typed_data(), sizeof(float) * d.b * d.h);
   // h ping-pongs between two buffers: step t's GEMM reads one while the threads write the other.
   Floats h_buffers = floats(2 * d.b * d.h);
   std::memcpy(h_buffers.get(), h0.typed_data(), sizeof(float) * d.b * d.h);
   const bool vector = vectorised.load();
-  on_team(d.h, [&](Units u) {
+  on_team(d.h, [&](Units u, StepBarrier& barrier) {
+    const int me = omp_get_thread_num(), team = omp_get_num_threads();
+    prefault(ys, y->size_bytes(), me, team), prefault(a, gates->size_bytes(), me, team);
+    prefault(cs, c_after->size_bytes(), me, team);
     const int64_t n = u.size(), panels = (n + 15) / 16;
     // AVX-512: our tile GEMM on the weights packed in panels of 16 units, each tile's gate math right after it;
     // else MKL's packed GEMM for all of the thread's units at once, then their gate math.
@@ -257,7 +436,7 @@ ffi::Error Forward(ffi::BufferR2<ffi::F32> source, ffi::BufferR2<ffi::S32> rows,
           for (int64_t b = 0; b < d.b; ++b) finish(b, 0, n, pre.get() + b * 4 * n, n);
         }
       }
-#pragma omp barrier
+      barrier.wait();
     }
     _mm_sfence();  // the streamed outputs (cell_avx512) land before the call returns
   });
@@ -328,43 +507,62 @@ ffi::Error Backward(ffi::BufferR2<ffi::S32> rows, ffi::BufferR2<ffi::F32> w_hh, 
                     ffi::BufferR3<ffi::F32> y, ffi::BufferR3<ffi::F32> gates, ffi::BufferR3<ffi::F32> c_after,
                     ffi::BufferR2<ffi::F32> c0, ffi::BufferR1<ffi::S32> lengths, ffi::BufferR3<ffi::F32> dy,
                     ffi::BufferR2<ffi::F32> dh_t, ffi::BufferR2<ffi::F32> dc_t, ffi::BufferR3<ffi::F32> x,
-                    ffi::BufferR2<ffi::F32> w_ih, ffi::ResultBufferR2<ffi::F32> d_source,
+                    ffi::BufferR2<ffi::F32> w_ih, ffi::BufferR2<ffi::F32> table, ffi::BufferR2<ffi::F32> w_table,
+                    ffi::ResultBufferR2<ffi::F32> d_source,
                     ffi::ResultBufferR2<ffi::F32> dw_hh, ffi::ResultBufferR2<ffi::F32> dh0,
                     ffi::ResultBufferR2<ffi::F32> dc0, ffi::ResultBufferR3<ffi::F32> dx,
-                    ffi::ResultBufferR2<ffi::F32> dw_ih, bool gathered) {
+                    ffi::ResultBufferR2<ffi::F32> dw_ih, ffi::ResultBufferR2<ffi::F32> d_table,
+                    ffi::ResultBufferR2<ffi::F32> dw_table, bool gathered) {
   const Dims d{rows.dimensions()[0], rows.dimensions()[1], w_hh.dimensions()[1]};
   const int64_t sources = d_source->dimensions()[0];
   if (auto err = check_shapes(d, sources, d_source->dimensions()[1], rows, w_hh.dimensions(), lengths.element_count(),
-                              x.dimensions(), w_ih.dimensions());
+                              x.dimensions(), w_ih.dimensions(), table.dimensions(), w_table.dimensions());
       err.failure())
     return err;
-  const int64_t inputs = x.dimensions()[2];
+  const int64_t inputs = x.dimensions()[2], embed = table.dimensions()[1];
   const float *wx = w_ih.typed_data(), *xs = x.typed_data();
   float* dxs = dx->typed_data();
-  if (!gathered && sources != d.t * d.b)
-    return ffi::Error::InvalidArgument("lstm_kernel: ungathered gates must have T B rows");
+  if ((!gathered || embed > 0) && sources != (embed > 0 ? 1 : d.t * d.b))
+    return ffi::Error::InvalidArgument("lstm_kernel: ungathered gates must have T B rows, a folded table one");
   const float *w = w_hh.typed_data(), *a = gates.typed_data(), *cs = c_after.typed_data();
   const float *c_init = c0.typed_data(), *dys = dy.typed_data();
   const int32_t *len = lengths.typed_data(), *index = rows.typed_data();
   float *dh = dh0->typed_data(), *dc = dc0->typed_data(), *ds = d_source->typed_data();
   // dz (T, B, 4H): d_source itself where the gates were not gathered, else a scratch that each step is added from
-  // into its rows of d_source (the embedding fold's gradient, a scatter-add).
+  // into its source row (the embedding fold's gradient, a scatter-add): a row of d_source, or where the call folds
+  // the table itself, the row of the token's used table row (the used rows' gradients, U of them).
   std::unique_ptr<Scratch> scratch = gathered ? std::make_unique<Scratch>(d.t * d.b * 4 * d.h) : nullptr;
   float* dzs = gathered ? scratch->get() : ds;
-  huge_pages(ds, d_source->size_bytes()), huge_pages(dxs, dx->size_bytes());
+  TableRows fold;
+  std::unique_ptr<Scratch> d_used;
+  int64_t sums = sources;  // the rows the steps add into
+  if (embed > 0) {
+    fold = table_rows(index, d.t * d.b, table.dimensions()[0]);
+    index = fold.slot.data(), sums = static_cast<int64_t>(fold.used.size());
+    d_used = std::make_unique<Scratch>(sums * 4 * d.h);
+  }
+  float* sum_rows = embed > 0 ? d_used->get() : ds;
+  // Where each step's dz rows are added: into the rows of d_source they were gathered from (the embedding fold's table
+  // gradient) or of the used table rows (the call folds the table); the gradient of one source row, a layer's bias,
+  // is their sum over all the steps (StepSums).
+  const bool one_row = gathered && (embed > 0 || sources == 1), scatter = gathered && (embed > 0 || sources > 1);
   std::memcpy(dh, dh_t.typed_data(), sizeof(float) * d.b * d.h);
   std::memcpy(dc, dc_t.typed_data(), sizeof(float) * d.b * d.h);
   Floats dh_step = floats(d.b * d.h);  // dh_t + dy_t: the step's total gradient of h
   const bool vector = vectorised.load();
-  on_team(d.h, [&](Units u) {
+  on_team(d.h, [&](Units u, StepBarrier& barrier) {
     // Each thread computes dh_{t-1} for its units and dx_t for its share of the inputs (dealt as the units are).
-    const Units cols = units_of(omp_get_thread_num(), omp_get_num_threads(), inputs);
+    const int me = omp_get_thread_num(), team = omp_get_num_threads();
+    const Units cols = units_of(me, team, inputs);
+    prefault(dxs, dx->size_bytes(), me, team), prefault(d_table->typed_data(), d_table->size_bytes(), me, team);
+    if (!gathered) prefault(ds, d_source->size_bytes(), me, team);  // dz itself
     const int64_t n = u.size(), width = 4 * d.h;
     Floats packed = packed_columns(w, width, d.h, u, d.b, vector);
     Floats packed_x = packed_columns(wx, width, inputs, cols, d.b, vector), tile_out = floats(kTileRows * 64);
-    if (gathered)  // this thread's columns of d_source, zeroed: the steps add into them
-      for (int64_t r = 0; r < sources; ++r)
-        for (int g = 0; g < 4; ++g) std::memset(ds + r * width + g * d.h + u.begin, 0, sizeof(float) * n);
+    StepSums bias(one_row ? n : 0);
+    if (scatter)  // this thread's columns of the rows added into, zeroed
+      for (int64_t r = 0; r < sums; ++r)
+        for (int g = 0; g < 4; ++g) std::memset(sum_rows + r * width + g * d.h + u.begin, 0, sizeof(float) * n);
     for (int64_t t = d.t - 1; t >= 0; --t) {
       for (int64_t b = 0; b < d.b && n > 0; ++b) {
         const int64_t row = b * d.h + u.begin, step_row = t * d.b * d.h + row;
@@ -379,13 +577,15 @@ ffi::Error Backward(ffi::BufferR2<ffi::S32> rows, ffi::BufferR2<ffi::F32> w_hh, 
           std::memcpy(total, dh + row, sizeof(float) * n);
           for (int g = 0; g < 4; ++g) std::memset(dz_row + g * d.h, 0, sizeof(float) * n);
         }
-        if (gathered) {
-          float* to = ds + index[t * d.b + b] * width + u.begin;
+        if (scatter) {
+          float* to = sum_rows + index[t * d.b + b] * width + u.begin;
           for (int g = 0; g < 4; ++g)
             for (int64_t j = 0; j < n; ++j) to[g * d.h + j] += dz_row[g * d.h + j];
         }
+        if (one_row) bias.add_row(dz_row, d.h);
       }
-#pragma omp barrier
+      if (one_row) bias.end_step();
+      barrier.wait();
       const float* dz_t = dzs + t * d.b * width;
       // dh_{t-1} of this thread's units = dz_t (B, 4H) . W_hh[:, units]; dx_t of its inputs = dz_t . W_ih[:, cols]
       times_columns(dz_t, d.b, width, packed.get(), u, dh, d.h, tile_out.get(), vector);
@@ -395,6 +595,7 @@ ffi::Error Backward(ffi::BufferR2<ffi::S32> rows, ffi::BufferR2<ffi::F32> w_hh, 
           if (t >= len[b]) std::memcpy(dh + b * d.h + u.begin, dh_step.get() + b * d.h + u.begin, sizeof(float) * n);
       }
     }
+    if (one_row) bias.total(ds + u.begin, d.h);
   });
   if (d.t > 0 && d.b > 0) {
     recurrent_weight_gradient(d, dzs, h0.typed_data(), y.typed_data(), dw_hh->typed_data());
@@ -402,6 +603,12 @@ ffi::Error Backward(ffi::BufferR2<ffi::S32> rows, ffi::BufferR2<ffi::F32> w_hh, 
   } else {
     std::memset(dw_hh->typed_data(), 0, dw_hh->size_bytes());
     std::memset(dw_ih->typed_data(), 0, dw_ih->size_bytes());
+  }
+  if (embed > 0) {  // d table and d W_ih from the used rows' gradients
+    Scratch used_rows(sums * embed);
+    gather_rows(table.typed_data(), embed, fold.used, used_rows.get());
+    table_gradients(d_used->get(), fold, used_rows.get(), embed, w_table.typed_data(), 4 * d.h, table.dimensions()[0],
+                    d_table->typed_data(), dw_table->typed_data());
   }
   return ffi::Error::Success();
 }
@@ -418,6 +625,8 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(lstm_kernel_forward, Forward,
                                   .Arg<ffi::BufferR1<ffi::S32>>()  // lengths
                                   .Arg<ffi::BufferR3<ffi::F32>>()  // x (T, B, D), D = 0 without
                                   .Arg<ffi::BufferR2<ffi::F32>>()  // w_ih (4H, D)
+                                  .Arg<ffi::BufferR2<ffi::F32>>()  // table (V, E), E = 0 without
+                                  .Arg<ffi::BufferR2<ffi::F32>>()  // w_table (4H, E)
                                   .Ret<ffi::BufferR3<ffi::F32>>()  // y
                                   .Ret<ffi::BufferR2<ffi::F32>>()  // h_T
                                   .Ret<ffi::BufferR2<ffi::F32>>()  // c_T
@@ -440,12 +649,16 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(lstm_kernel_backward, Backward,
                                   .Arg<ffi::BufferR2<ffi::F32>>()  // dc_T
                                   .Arg<ffi::BufferR3<ffi::F32>>()  // x
                                   .Arg<ffi::BufferR2<ffi::F32>>()  // w_ih
+                                  .Arg<ffi::BufferR2<ffi::F32>>()  // table
+                                  .Arg<ffi::BufferR2<ffi::F32>>()  // w_table
                                   .Ret<ffi::BufferR2<ffi::F32>>()  // d_source
                                   .Ret<ffi::BufferR2<ffi::F32>>()  // dw_hh
                                   .Ret<ffi::BufferR2<ffi::F32>>()  // dh0
                                   .Ret<ffi::BufferR2<ffi::F32>>()  // dc0
                                   .Ret<ffi::BufferR3<ffi::F32>>()  // dx
                                   .Ret<ffi::BufferR2<ffi::F32>>()  // dw_ih
+                                  .Ret<ffi::BufferR2<ffi::F32>>()  // d table
+                                  .Ret<ffi::BufferR2<ffi::F32>>()  // dw_table
                                   .Attr<bool>("gathered"));
 
 // The fraction of a team's threads that flush a denormal product to zero when the caller does (FTZ and DAZ set
@@ -456,7 +669,7 @@ extern "C" double lstm_kernel_team_flush_fraction(int64_t hidden) {
   { volatile int started = omp_get_thread_num(); (void)started; }
   _mm_setcsr(before | _MM_FLUSH_ZERO_ON | 0x0040 /* DAZ */);
   std::atomic<int> flushed{0}, threads{0};
-  on_team(hidden, [&](Units) {
+  on_team(hidden, [&](Units, StepBarrier&) {
     volatile float tiny = 1e-20f;
     flushed += (tiny * tiny == 0.0f);
     ++threads;
@@ -474,17 +687,17 @@ extern "C" double lstm_kernel_tile_gflops(int64_t b, int64_t h, int64_t reps) {
   double best = 1e30;
   for (int run = 0; run < 5; ++run) {
     const auto start = std::chrono::steady_clock::now();
-    on_team(h, [&](Units u) {
+    on_team(h, [&](Units u, StepBarrier& barrier) {
       const int64_t panels = (u.size() + 15) / 16;
       Floats packed = floats(panels * h * 64), out = floats(kTileRows * 64);
       pack_panels(w.data(), h, h, u.begin, u.size(), packed.get());
-#pragma omp barrier
+      barrier.wait();
       for (int64_t i = 0; i < reps; ++i) {
         for (int64_t q = 0; q < panels; ++q)
           for (int64_t b0 = 0; b0 < b; b0 += kTileRows)
             tile_rows(static_cast<int>(std::min<int64_t>(kTileRows, b - b0)), {nullptr, 0, 0, nullptr},
                       {x.data() + b0 * h, h, h, packed.get() + q * h * 64}, out.get());
-#pragma omp barrier
+        barrier.wait();
       }
     });
     best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());

@@ -1,9 +1,9 @@
 """Our recurrence kernel (``--lstm-impl kernel``): through XLA's FFI it computes what the project's reference, Flax
 ``nn.RNN`` over PyTorch's cell, computes, values and gradients, with and without sequence lengths; from given input
-gates and from a layer's input it projects itself; on any split of the hidden units and of the inputs over its
-threads, on AVX-512 and on the scalar path; deterministically; flushing denormals on every thread as XLA does; and what
-it cannot compute is refused in one line. Skipped, saying why, where the native library
-was not built."""
+gates, from a layer's input it projects itself, and from the embedding table it folds itself; on any split of the
+hidden units and of the inputs over its threads, on AVX-512 and on the scalar path; deterministically; flushing
+denormals on every thread as XLA does; and what it cannot compute is refused in one line. Skipped, saying why, where
+the native library was not built."""
 from __future__ import annotations
 
 import json
@@ -19,6 +19,7 @@ import pytest
 from common.errors import UnsupportedError
 from jax_impl import kernel, native, recurrence
 from jax_impl.model import resolve_lstm_impl
+from jax_impl.numerics import dot
 from jax_impl.tests.test_recurrence import (LENGTHS, _assert_close, _embedding_args, _stack_loss,
                                             assert_stack_matches_reference, reference_stack)
 
@@ -119,13 +120,56 @@ def test_a_layer_input_projected_inside_the_kernel_computes_xlas_projection_then
                   _outputs_and_gradients(in_xla, args, cotangents), REL_TOL)
 
 
+def _table_args(hidden: int, embed: int, vocab: int):
+    """An embedding table (V, E), tokens (T, B) that use only some of its rows (the first and the last among them),
+    and (w_ih (4H, E), bias (4H,)) in place of gates_x in :func:`_recurrence_args`."""
+    args, lengths, cotangents = _recurrence_args(hidden)
+    rng = np.random.default_rng(vocab)
+    steps, batch, _ = args[0].shape
+    used = np.array([0, 3, 4, vocab - 1])
+    tokens = jnp.asarray(used[rng.integers(0, len(used), (steps, batch))], jnp.int32)
+    table = jnp.asarray(rng.standard_normal((vocab, embed)), jnp.float32)
+    w_ih = jnp.asarray(rng.standard_normal((4 * hidden, embed)) / np.sqrt(embed), jnp.float32)
+    bias = jnp.asarray(rng.standard_normal(4 * hidden), jnp.float32)
+    return (table, w_ih, bias, *args[1:]), tokens, lengths, cotangents
+
+
+def _table_layers(tokens, lengths):
+    """The kernel folding the embedding itself (the used rows projected), and XLA's fold (the whole table projected,
+    its rows gathered by the tokens) followed by XLA's recurrence, on (table, w_ih, bias, w_hh, h0, c0)."""
+    def in_kernel(table, w_ih, bias, w_hh, h0, c0):
+        return kernel.kernel_recurrence(recurrence.TableInput(table, tokens, w_ih, bias), w_hh, h0, c0, lengths,
+                                        HIGHEST)
+
+    def in_xla(table, w_ih, bias, w_hh, h0, c0):
+        table_gates = dot(table, w_ih.T, HIGHEST) + bias
+        return recurrence.xla_recurrence(jnp.take(table_gates, tokens, axis=0), w_hh, h0, c0, lengths, HIGHEST)
+    return in_kernel, in_xla
+
+
 @needs_library
-@pytest.mark.parametrize("projected", [False, True], ids=["input-gates", "projected-input"])
+@pytest.mark.parametrize("hidden,embed", [(16, 1), (40, 23), (70, 150)])
+def test_the_embedding_folded_inside_the_kernel_computes_xlas_fold_then_recurrence(hidden, embed):
+    # The tokens use 4 of 11 rows: the gradient of the table is 0 in the 7 others, and that of w_ih and the bias sums
+    # the used rows' only.
+    args, tokens, lengths, cotangents = _table_args(hidden, embed, 11)
+    in_kernel, in_xla = _table_layers(tokens, lengths)
+    got = _outputs_and_gradients(in_kernel, args, cotangents)
+    _assert_close(got, _outputs_and_gradients(in_xla, args, cotangents), REL_TOL)
+    d_table = np.asarray(got[1][0])
+    assert np.all(d_table[[1, 2, 5, 6, 7, 8, 9]] == 0) and np.all(np.abs(d_table[[0, 3, 4, 10]]).sum(axis=1) > 0)
+
+
+@needs_library
+@pytest.mark.parametrize("projected", ["no", "input", "table"], ids=["input-gates", "projected-input", "folded-table"])
 def test_the_scalar_gate_math_computes_what_the_vectorised_one_does(projected):
     # Without AVX-512: MKL's GEMM and the C library's exp and tanh; with it: the tiles and SLEEF's, both a few ulps.
-    if projected:
+    if projected == "input":
         args, lengths, cotangents = _projected_args(40, 70)
         layer = _projected_layers(lengths)[0]
+    elif projected == "table":
+        args, tokens, lengths, cotangents = _table_args(40, 70, 11)
+        layer = _table_layers(tokens, lengths)[0]
     else:
         args, lengths, cotangents = _recurrence_args(40)
         layer = lambda *a: kernel_layer(*a, lengths)  # noqa: E731
