@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Benchmark the PyTorch and JAX/Flax twins of the LSTM sentiment classifier, fairly.
 
-    python benchmarks/bench.py                      # the seed's configuration, paired rounds (~6 min, 2 CPUs)
+    python benchmarks/bench.py                      # the seed's configuration, paired rounds (~7 min, 2 CPUs)
     python benchmarks/bench.py --quick              # a smoke run of everything (< 1 min)
     python benchmarks/bench.py --sweep seq_len=50,200,800 --out docs/bench/sweep_seq_len
     python benchmarks/bench.py compare RUN_A RUN_B [--out FILE.md]
