@@ -32,6 +32,7 @@ from jax_impl.stacks import Carry
 
 NAME = "lstm_kernel"
 TARGETS = ("lstm_kernel_forward", "lstm_kernel_backward")
+VMAP = "sequential"  # under jax.vmap, one call per element: each call already spreads over every core
 
 
 def check_usable(dtype: str, platform: str) -> None:
@@ -75,7 +76,8 @@ def _forward(source, rows, w_hh, h0, c0, lengths, x, w_ih, table, w_table, train
     f32 = lambda *shape: jax.ShapeDtypeStruct(shape, jnp.float32)  # noqa: E731
     library()  # registers the targets before XLA looks them up
     return jax.ffi.ffi_call(TARGETS[0], (f32(steps, batch, hidden), f32(batch, hidden), f32(batch, hidden),
-                                         f32(*kept, width if train else 0), f32(*kept, hidden if train else 0)))(
+                                         f32(*kept, width if train else 0), f32(*kept, hidden if train else 0)),
+                            vmap_method=VMAP)(
         source, rows, w_hh, h0, c0, lengths, x, w_ih, table, w_table, train=train)
 
 
@@ -109,7 +111,8 @@ def _lstm_recurrence_backward(gathered, residuals, cotangents):
     like = lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype)  # noqa: E731
     d_source = jax.ShapeDtypeStruct((source_rows.shape[0], gates.shape[-1]), gates.dtype)
     d_source, dw_hh, dh0, dc0, dx, dw_ih, d_table, dw_table = jax.ffi.ffi_call(
-        TARGETS[1], (d_source, like(w_hh), like(h0), like(c0), like(x), like(w_ih), like(table), like(w_table)))(
+        TARGETS[1], (d_source, like(w_hh), like(h0), like(c0), like(x), like(w_ih), like(table), like(w_table)),
+        vmap_method=VMAP)(
         rows, w_hh, h0, ys, gates, c_after, c0, lengths, dy, dh, dc, x, w_ih, table, w_table, gathered=gathered)
     return d_source, None, dw_hh, dh0, dc0, None, dx, dw_ih, d_table, dw_table
 

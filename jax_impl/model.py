@@ -44,9 +44,9 @@ STACKS = {
 def resolve_lstm_impl(name: str, dtype: str, platform: str | None = None, padding: str = "left") -> str:
     """``--lstm-impl`` → the implementation that runs: auto is fused, and scan under bfloat16. Not kernel, though it
     trains and infers fastest on the CPU measured (benchmarks/PERFORMANCE.md): the default serves every JAX run, and
-    the kernel has no ``jax.vmap`` rule, runs on one device and computes float32 only. ``platform``: the run's JAX
-    platform (default: JAX's default backend's), which cudnn needs to be a CUDA GPU, onednn and kernel the CPU;
-    ``padding``: ``--padding`` (onednn takes no sequence lengths)."""
+    the kernel runs on one CPU device and computes float32 only. ``platform``: the run's JAX platform (default: JAX's
+    default backend's), which cudnn needs to be a CUDA GPU, onednn and kernel the CPU; ``padding``: ``--padding``
+    (onednn takes no sequence lengths)."""
     if name == "auto":
         return "scan" if dtype == "bfloat16" else "fused"
     if name not in STACKS:

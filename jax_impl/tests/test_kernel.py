@@ -161,6 +161,22 @@ def test_the_embedding_folded_inside_the_kernel_computes_xlas_fold_then_recurren
 
 
 @needs_library
+def test_under_vmap_each_element_gets_what_its_own_call_computes():
+    # A batch of initial carries (the dropout-expectation test vmaps the model over keys the same way): values and
+    # gradients, element by element, bit for bit.
+    args, lengths, cotangents = _recurrence_args(16)
+    h0s = jnp.stack([args[2], -args[2], 2 * args[2]])
+
+    def loss(h0):
+        ys, (h, c) = kernel_layer(args[0], args[1], h0, args[3], lengths)
+        return jnp.sum(ys * cotangents[0]) + jnp.sum(h * cotangents[1]) + jnp.sum(c * cotangents[2])
+    got = jax.jit(jax.vmap(jax.value_and_grad(loss)))(h0s)
+    for k, h0 in enumerate(h0s):
+        value, grad = jax.jit(jax.value_and_grad(loss))(h0)
+        assert float(got[0][k]) == float(value) and np.array_equal(got[1][k], grad)
+
+
+@needs_library
 @pytest.mark.parametrize("projected", ["no", "input", "table"], ids=["input-gates", "projected-input", "folded-table"])
 def test_the_scalar_gate_math_computes_what_the_vectorised_one_does(projected):
     # Without AVX-512: MKL's GEMM and the C library's exp and tanh; with it: the tiles and SLEEF's, both a few ulps.
