@@ -65,6 +65,9 @@ class Bench:
         self.eval = full or list(itertools.islice(batches(data.train, cfg.batch_size, shuffle_seed=0), 1))
         self.twin, self.state, self.train = self.build(cfg)  # evaluation reads the latest state
         self.first = next(batches(data.train, cfg.batch_size, shuffle_seed=cfg.seed))  # the shapes to compile for
+        # the embedding rows a batch reads, for the FLOPs of a fold over those rows only (benchmarks.flops)
+        train = batches(data.train, cfg.batch_size, shuffle_seed=cfg.seed)
+        self.distinct_tokens = {"train": mean_distinct_tokens(train), "eval": mean_distinct_tokens(self.eval)}
         self.side.adopt(self.twin, cfg)
         self.evals = itertools.cycle(self.eval)  # the evaluation batches, round after round
         if msg.get("parts"):  # untimed and unreported, so done while the other workers load
@@ -73,9 +76,8 @@ class Bench:
 
     def setup(self, msg: dict) -> dict:
         """Compile, the first step, warm-up and provenance, each step kind in turn (one worker at a time)."""
-        train = batches(self.data.train, self.cfg.batch_size, shuffle_seed=self.cfg.seed)
         out = {"vocab_size": len(self.data.vocab), "info": self.side.info(), "phases": {},
-               "distinct_tokens": {"train": mean_distinct_tokens(train), "eval": mean_distinct_tokens(self.eval)},
+               "distinct_tokens": self.distinct_tokens,
                "record": {k: v for k, v in self.twin.record.items() if isinstance(v, (str, int, float, bool))}}
         for kind in msg["phases"]:  # inference first: its peak memory is read before training raises it
             if kind == "parts":  # its functions were compiled while loading: the first step and warm-up
