@@ -187,7 +187,7 @@ def speed_main(ns: argparse.Namespace, cfg: Config, s: dict, frameworks: list[st
     run = schema.Run(
         schema.SCHEMA_VERSION, ["benchmarks/bench.py", *argv], environment,
         {**s, "frameworks": frameworks, "sweeps": [dataclasses.asdict(x) for x in s["sweeps"]]}, cfg.to_dict(),
-        ok[0].vocab_size, {v.label: v.description for v in variants}, peak, rows, comparisons,
+        ok[0].vocab_size, results.descriptions(session, variants), peak, rows, comparisons,
         results.tier_sentences(rows, comparisons), session.rounds, sweep_rounds, parity,
         results.warnings(rows, [r for v in session.rounds.values() for r in v]))
     schema.write_json(run, out / "results.json")

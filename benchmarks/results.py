@@ -48,6 +48,13 @@ def fallback(label: str, setup: Setup | None) -> str | None:
     return None
 
 
+def descriptions(session: Session, variants: Sequence[plan.Variant]) -> dict[str, str]:
+    """Each variant's description; the trainers' default's (``--lstm-impl auto``) with what it ran here, and why."""
+    records = {e.label: e.setup.record for e in session.entries.values() if e.setup}
+    return {v.label: v.description + (f". Here: {records[v.label]['lstm_impl_auto']}"
+                                      if "lstm_impl_auto" in records.get(v.label, {}) else "") for v in variants}
+
+
 def rows_for(session: Session, configs: dict[str, dict], sweep: dict | None, peak: float | None,
              parity: dict | None = None) -> list[Row]:
     """One row per variant and step kind, over its replicates that ran (all of them, for one that did not)."""
@@ -61,8 +68,8 @@ def rows_for(session: Session, configs: dict[str, dict], sweep: dict | None, pea
         folds = record.get("lstm_impl") in ("fused", "kernel") and cfg.embed_fold
         # the kernel folds the embedding over the rows a batch uses only, XLA's fold over the whole table
         used = (setup.distinct_tokens or {}) if record.get("lstm_impl") == "kernel" else {}
-        # jax:jit under bfloat16 runs the scan stack (--lstm-impl auto's choice there): a stock row then
-        tier = "stock" if record.get("lstm_impl") in ("scan", "flax") else plan.variant(name).tier
+        # jax:jit runs --lstm-impl auto's choice: the kernel on an AVX-512 CPU, the stock scan stack under bfloat16
+        tier = plan.IMPL_TIERS.get(record.get("lstm_impl"), plan.variant(name).tier)
         dloss = (parity or {}).get("max_abs_dloss", {}).get(name, 0.0 if name == BASELINE and parity else None)
         for kind in ("train", "eval"):
             phase, per_rep = setup.phases.get(kind, {}), [x.round_s.get(kind, []) for x in ran]
@@ -172,7 +179,8 @@ def tier_sentences(rows: Sequence[Row], comparisons: Sequence[Comparison]) -> li
     each ratio with its interval; then each variant not timed, with its reason. A variant takes part in the
     comparisons its :attr:`plan.Variant.headline` names (in the table's order; a ``fastest`` one: only the
     fastest-training of them) where its base training row was compared with the baseline and is neither a fallback,
-    nor beyond its parity band, nor of another tier than its variant's (jax:jit runs the stock scan under bfloat16)."""
+    nor beyond its parity band, nor of another tier than the comparison's (jax:jit runs whichever implementation
+    ``--lstm-impl auto`` picks: the kernel's tier on an AVX-512 CPU, the stock scan under bfloat16)."""
     base = [r for r in rows if r.sweep is None]
     tiers = {f"{r.framework}:{r.variant}": r.tier for r in base}
     good = {f"{r.framework}:{r.variant}" for r in base if r.step == "train" and r.status == "ok" and not r.fallback
@@ -187,7 +195,7 @@ def tier_sentences(rows: Sequence[Row], comparisons: Sequence[Comparison]) -> li
     out = []
     for key, headline in plan.HEADLINES.items():
         taking = [v for v in plan.VARIANTS if key in v.headline and (v.label, "train") in ratio
-                  and tiers[v.label] == v.tier]
+                  and tiers[v.label] == headline.tier]
         if headline.fastest and taking:
             taking = [max(taking, key=lambda v: ratio[v.label, "train"].ratio)]
         members = [headline.member.format(label=v.label, wording=v.wording, speeds=speeds(v.label)) for v in taking]

@@ -80,7 +80,7 @@ class Row:
 
     framework: str  # torch | jax
     variant: str  # the name after the framework: eager, jit, ...
-    tier: str  # stock | tuned | vendor | compiled (benchmarks.plan.TIERS)
+    tier: str  # stock | tuned | vendor | kernel | compiled (benchmarks.plan.TIERS): the implementation that ran
     step: str  # train | eval
     sweep: dict | None  # {"field", "value"} for a sweep point, None for the base configuration
     status: str  # as EntryResult.status (the first replicate's that is not ok, if none is)

@@ -54,8 +54,8 @@ class Config:
         "how JAX computes the LSTM stack (one parameter tree for all): fused (custom-VJP wavefront), scan (the "
         "readable Flax nn.RNN reference), flax (nn.RNN over Flax's stock nn.OptimizedLSTMCell), cudnn (cuDNN's "
         "fused LSTM, CUDA GPUs, float32), onednn (oneDNN's LSTM primitive, the CPU kernel nn.LSTM runs; float32, "
-        "left padding), kernel (our own recurrence kernel through XLA's FFI, CPU, float32) or auto (fused, scan "
-        "under bfloat16); PyTorch takes auto only (nn.LSTM)",
+        "left padding), kernel (our own recurrence kernel through XLA's FFI, CPU, float32) or auto (kernel on one "
+        "AVX-512 CPU device in float32, scan under bfloat16, else fused); PyTorch takes auto only (nn.LSTM)",
         "model", choices=("auto", "fused", "scan", "flax", "cudnn", "onednn", "kernel")))
     embed_fold: bool = field(default=True, metadata=_opt(
         "JAX fused: when the vocabulary has fewer rows than T·B, project the embedding table through layer 0's "

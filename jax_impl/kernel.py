@@ -47,6 +47,24 @@ def check_usable(dtype: str, platform: str) -> None:
         raise UnsupportedError(reason)
 
 
+def passed_over_because(dtype: str, platform: str, devices: int) -> str | None:
+    """Why ``--lstm-impl auto`` does not run the kernel here, or None where it does: in float32 on one CPU device,
+    built, with its AVX-512 tiles, the path measured faster than XLA's fused recurrence at every size swept
+    (``benchmarks/PERFORMANCE.md``)."""
+    if platform != "cpu":
+        return f"it is a CPU kernel, and this backend is {platform}"
+    if dtype != "float32":
+        return f"it computes float32 only, not {dtype}"
+    if devices > 1:
+        return f"it runs on one device, and this run's mesh has {devices}"
+    unavailable = native.unavailable(NAME)
+    if unavailable:
+        return unavailable
+    if not library().lstm_kernel_vectorised():
+        return "this CPU has no AVX-512, and the kernel's portable path was not measured faster than XLA's"
+    return None
+
+
 def library() -> ctypes.CDLL:
     lib = native.load(NAME, TARGETS)
     lib.lstm_kernel_threads.restype = lib.lstm_kernel_vectorised.restype = ctypes.c_int64

@@ -41,14 +41,25 @@ STACKS = {
 }
 
 
-def resolve_lstm_impl(name: str, dtype: str, platform: str | None = None, padding: str = "left") -> str:
-    """``--lstm-impl`` → the implementation that runs: auto is fused, and scan under bfloat16. Not kernel, though it
-    trains and infers fastest on the CPU measured (benchmarks/PERFORMANCE.md): the default serves every JAX run, and
-    the kernel runs on one CPU device and computes float32 only. ``platform``: the run's JAX platform (default: JAX's
-    default backend's), which cudnn needs to be a CUDA GPU, onednn and kernel the CPU; ``padding``: ``--padding``
-    (onednn takes no sequence lengths)."""
+def auto_lstm_impl(dtype: str, platform: str | None = None, devices: int = 1) -> tuple[str, str]:
+    """``--lstm-impl auto``'s choice and why: under bfloat16 the scan stack (PyTorch's mixed precision, which the
+    fused recurrence and the kernel do not implement); where our kernel computes, on one device with its AVX-512 tiles,
+    the kernel, the fastest on the CPU measured (``benchmarks/PERFORMANCE.md``); else the fused recurrence."""
+    if dtype == "bfloat16":
+        return "scan", "bfloat16: the scan stack computes PyTorch's mixed precision"
+    passed_over = kernel.passed_over_because(dtype, platform or jax.default_backend(), devices)
+    if passed_over is None:
+        return "kernel", "our kernel: float32 on one CPU device, with its AVX-512 tiles"
+    return "fused", f"XLA's fused recurrence, not our kernel: {passed_over}"
+
+
+def resolve_lstm_impl(name: str, dtype: str, platform: str | None = None, padding: str = "left",
+                      devices: int = 1) -> str:
+    """``--lstm-impl`` → the implementation that runs (auto: :func:`auto_lstm_impl`'s choice). ``platform``: the run's
+    JAX platform (default: JAX's default backend's), which cudnn needs to be a CUDA GPU, onednn and kernel the CPU;
+    ``padding``: ``--padding`` (onednn takes no sequence lengths); ``devices``: how many the run's mesh spans."""
     if name == "auto":
-        return "scan" if dtype == "bfloat16" else "fused"
+        return auto_lstm_impl(dtype, platform, devices)[0]
     if name not in STACKS:
         raise ConfigError(f"--lstm-impl must be one of auto, {', '.join(STACKS)}, got {name!r}")
     if name == "fused" and dtype == "bfloat16":
@@ -152,11 +163,12 @@ class SentimentRNN(nn.Module):
         return (to_bfloat16(logits[:, 0]).astype(jnp.bfloat16) if mixed else logits[:, 0].astype(pdtype)), new_carry
 
 
-def model_from_config(cfg, vocab_size: int, platform: str | None = None) -> SentimentRNN:
+def model_from_config(cfg, vocab_size: int, platform: str | None = None, devices: int = 1) -> SentimentRNN:
     """The model a :class:`common.config.Config` describes: compute dtype ``cfg.dtype``, matmul precision from
-    ``cfg.allow_tf32``, and the LSTM implementation :func:`resolve_lstm_impl` picks."""
+    ``cfg.allow_tf32``, and the LSTM implementation :func:`resolve_lstm_impl` picks for ``platform`` and a mesh of
+    ``devices``."""
     return SentimentRNN(vocab_size=vocab_size, embed_dim=cfg.embed_dim, hidden_dim=cfg.hidden_dim,
                         layers=cfg.layers, dropout=cfg.dropout, fc_dropout=cfg.fc_dropout,
                         dtype=compute_dtype(cfg.dtype),
-                        lstm_impl=resolve_lstm_impl(cfg.lstm_impl, cfg.dtype, platform, cfg.padding),
+                        lstm_impl=resolve_lstm_impl(cfg.lstm_impl, cfg.dtype, platform, cfg.padding, devices),
                         precision=matmul_precision(cfg.allow_tf32), embed_fold=cfg.embed_fold)

@@ -1,4 +1,4 @@
-"""Train the sentiment LSTM with JAX/Flax: ``python -m jax_impl.train [--lstm-impl auto|fused|scan|cudnn] ...``.
+"""Train the sentiment LSTM with JAX/Flax: ``python -m jax_impl.train [--lstm-impl auto|kernel|fused|scan|...] ...``.
 
 The loop is ``common.loop.train``, the same program as ``torch_impl.train`` (flags, data order, carry modes,
 log line, metrics JSONL, neutral and training checkpoints). :class:`JaxTwin` is the JAX side of it, a few
@@ -23,7 +23,7 @@ from common.runstate import Progress
 from jax_impl import kernel, onednn, rng_lowering, xla_env
 from jax_impl.convert import from_flax, to_flax
 from jax_impl.distributed import placement
-from jax_impl.model import model_from_config, resolve_lstm_impl
+from jax_impl.model import auto_lstm_impl, model_from_config, resolve_lstm_impl
 from jax_impl.numerics import param_dtype_for
 from jax_impl.state import load_training_state, save_training_state
 from jax_impl.step import (TrainState, batch_to_device, create_train_state, make_eval_step, make_train_step,
@@ -41,8 +41,8 @@ class JaxTwin:
             raise ConfigError("--torch-compile is PyTorch's: JAX's steps are always jit-compiled")
         if not cfg.flush_denormal and device.platform == "cpu":
             raise ConfigError("--no-flush-denormal is PyTorch's: XLA always flushes denormals to zero on the CPU")
-        self.cfg, self.model = cfg, model_from_config(cfg, vocab_size, device.platform)
         self.place = placement(cfg, device)  # on one device both placements are `device` itself
+        self.cfg, self.model = cfg, model_from_config(cfg, vocab_size, device.platform, self.place.devices)
         if self.model.lstm_impl in ("onednn", "kernel") and self.place.devices > 1:
             raise UnsupportedError(f"--lstm-impl {self.model.lstm_impl} runs on one device: XLA cannot split a custom "
                                    f"call over a mesh")
@@ -54,6 +54,8 @@ class JaxTwin:
                        "devices": self.place.devices, "dtype": cfg.dtype, "lstm_impl": self.model.lstm_impl,
                        "flush_denormal": device.platform == "cpu", "allow_tf32": cfg.allow_tf32,
                        "matmul_precision": self.model.precision.name.lower(), **xla_env.record()}
+        if cfg.lstm_impl == "auto":  # which implementation the default ran, and why that one
+            self.record["lstm_impl_auto"] = auto_lstm_impl(cfg.dtype, device.platform, self.place.devices)[1]
         if device.platform == "cpu":
             self.record["threefry_lowering"] = "unrolled" if unrolled else "rolled (JAX's default on the CPU)"
         if self.model.lstm_impl == "onednn":  # the vendor kernel's version, threads and measured float rule

@@ -4,6 +4,7 @@ import json
 import pytest
 
 from benchmarks import bench
+from jax_impl.model import auto_lstm_impl
 from benchmarks.tests.command import BOTH, run_bench
 
 
@@ -43,7 +44,8 @@ RESULT_KEYS = {"framework", "variant", "tier", "step", "config", "compile_s", "f
 def test_quick_run_writes_the_table_results_json_markdown_and_charts(tmp_path):
     out = tmp_path / "bench"
     proc = run_bench("--quick", "--no-progress", "--replicates", "2", "--variants",
-                     "torch:eager,torch:eager-defaults,torch:compile,jax:flax,jax:scan,jax:nofold,jax:jit,jax:cudnn",
+                     "torch:eager,torch:eager-defaults,torch:compile,jax:flax,jax:scan,jax:nofold,jax:fused,jax:jit,"
+                     "jax:cudnn",
                      "--out", str(out), timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     lines = proc.stdout.splitlines()
@@ -57,9 +59,15 @@ def test_quick_run_writes_the_table_results_json_markdown_and_charts(tmp_path):
                                    "nn.OptimizedLSTMCell (jax:flax) trains at ")
     assert sentences[1].startswith("Best tuned JAX against stock PyTorch: jax:")
     assert sentences[2].startswith("The same algorithm as nn.LSTM, hand-tuned (jax:nofold), trains at ")
-    assert all(" [" in x and "–" in x for x in sentences[:3])
+    # jax:jit is the trainers' default: our kernel where auto picks it (a kernel row), else a tuned one.
+    default = auto_lstm_impl("float32", "cpu")[0]
+    kernel_sentence = ["JAX with a custom kernel against stock PyTorch: our recurrence kernel as jax_impl.train's "
+                       "default (jax:jit) trains at "] if default == "kernel" else []
+    assert [x[:len(y)] for x, y in zip(sentences[3:], kernel_sentence)] == kernel_sentence
+    told = 3 + len(kernel_sentence)
+    assert all(" [" in x and "–" in x for x in sentences[:told])
     # Dynamo does not compile nn.LSTM: torch:compile is listed with its reason and not timed.
-    assert sentences[3] == "torch:compile (compiled): not timed, n/a: Dynamo: Attempted to wrap RNN, GRU, or LSTM"
+    assert sentences[told] == "torch:compile (compiled): not timed, n/a: Dynamo: Attempted to wrap RNN, GRU, or LSTM"
 
     doc = json.loads((out / "results.json").read_text(encoding="utf-8"))
     assert {"environment", "gemm_peak", "parity", "results", "settings", "base_config"} <= doc.keys()
@@ -72,7 +80,7 @@ def test_quick_run_writes_the_table_results_json_markdown_and_charts(tmp_path):
         "torch": "float32", "jax": "highest", "numpy": "float32"}
     rows = doc["results"]
     assert rows and all(RESULT_KEYS <= r.keys() for r in rows)
-    main_rows = [r for r in rows if r["variant"] in ("eager", "jit", "scan", "flax", "nofold")]
+    main_rows = [r for r in rows if r["variant"] in ("eager", "jit", "scan", "flax", "nofold", "fused")]
     assert main_rows and all(r["status"] == "ok" for r in main_rows), [r["error"] for r in main_rows]
     for r in main_rows:
         assert set(r["step_s"]) == {"median", "p25", "p75"}
@@ -85,15 +93,17 @@ def test_quick_run_writes_the_table_results_json_markdown_and_charts(tmp_path):
     # Provenance: the op torch.profiler saw, the implementation and the loops JAX's compiled step holds.
     eager = train["eager"]["provenance"]
     assert "aten::mkldnn_rnn_layer" in eager["kernels"] and eager["onednn"]
-    assert [train[v]["provenance"]["kernels"][0] for v in ("jit", "nofold", "scan", "flax")] == [
-        "impl:fused", "impl:fused", "impl:scan", "impl:flax"]
-    assert train["jit"]["provenance"]["float_while_loops"] == 2  # the wavefront forward and backward
+    assert [train[v]["provenance"]["kernels"][0] for v in ("jit", "fused", "nofold", "scan", "flax")] == [
+        f"impl:{default}", "impl:fused", "impl:fused", "impl:scan", "impl:flax"]
+    assert train["fused"]["provenance"]["float_while_loops"] == 2  # the wavefront forward and backward
+    assert train["jit"]["tier"] == {"kernel": "kernel", "fused": "tuned"}[default]
+    assert doc["variants"]["jax:jit"].endswith(". Here: " + auto_lstm_impl("float32", "cpu")[1])
     # The float rules in force, per row: full float32 matmuls, denormals flushed on every torch thread.
     assert eager["precision"]["float32_matmul_precision"] == "highest" and eager["flush_denormal"] is True
     assert train["jit"]["provenance"]["precision"]["jax_impl_precision"] == "highest"
     assert all(r["fallback"] is None for r in train.values())
     # Every timed row has its own parity against torch:eager, within float32 rounding.
-    assert all(train[v]["parity"] <= 1e-5 and train[v]["parity_ok"] for v in ("jit", "nofold", "scan", "flax"))
+    assert all(train[v]["parity"] <= 1e-5 and train[v]["parity_ok"] for v in ("jit", "fused", "nofold", "scan", "flax"))
     # The training step in parts: each positive for torch, and the ratios per part.
     assert all(train["eager"]["parts"][p]["median"] > 0 for p in ("forward", "backward", "optimizer"))
     compile_row = next(r for r in rows if r["variant"] == "compile" and r["step"] == "train")
@@ -103,8 +113,8 @@ def test_quick_run_writes_the_table_results_json_markdown_and_charts(tmp_path):
     nofold = next(r for r in rows if r["variant"] == "nofold" and r["step"] == "train")
     assert nofold["executed_gflop_per_step"] == nofold["model_gflop_per_step"]
     compared = {(c["variant"], c["step"]) for c in doc["comparisons"] if c["step"] in ("train", "eval")}
-    assert compared == {(v, k) for v in ("torch:eager-defaults", "jax:flax", "jax:scan", "jax:jit", "jax:nofold")
-                        for k in ("train", "eval")}
+    assert compared == {(v, k) for v in ("torch:eager-defaults", "jax:flax", "jax:scan", "jax:jit", "jax:nofold",
+                                         "jax:fused") for k in ("train", "eval")}
     assert {c["step"] for c in doc["comparisons"] if c["variant"] == "jax:jit"} >= {"train", "eval", "forward",
                                                                                     "optimizer"}
     assert all(c["baseline"] == "torch:eager" and c["ci95"][0] <= c["ratio"] <= c["ci95"][1] and c["rounds"] == 5

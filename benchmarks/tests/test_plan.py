@@ -21,7 +21,7 @@ def test_parse_sweep_refuses_bad_specs(spec):
 def test_select_variants_default_all_and_named():
     both = ["torch", "jax"]
     assert [v.label for v in plan.select_variants("default", both)] == [
-        "torch:eager", "torch:compile", "jax:flax", "jax:nofold", "jax:jit", "jax:onednn", "jax:kernel"]
+        "torch:eager", "torch:compile", "jax:flax", "jax:nofold", "jax:fused", "jax:jit", "jax:onednn"]
     assert len(plan.select_variants("all", both)) == len(plan.VARIANTS)
     assert [v.label for v in plan.select_variants("jit,torch:eager", both)] == ["jax:jit", "torch:eager"]
     with pytest.raises(ConfigError, match="unknown variant"):
@@ -48,6 +48,7 @@ def test_variants_are_trainer_configs_with_the_stated_change():
     # The bench times only what the trainers run: each row differs from the base Config by named fields.
     assert plan.variant("torch:eager-defaults").changes == {"flush_denormal": False}
     assert plan.variant("jax:nofold").changes == {"lstm_impl": "fused", "embed_fold": False}
+    assert plan.variant("jax:fused").changes == {"lstm_impl": "fused"}
     assert plan.variant("torch:compile").changes == {"torch_compile": True}
     assert plan.variant("jax:cudnn").changes == {"lstm_impl": "cudnn"}
     assert plan.variant("jax:flax").changes == {"lstm_impl": "flax"}
@@ -63,9 +64,13 @@ def test_resolve_frameworks_refuses_unknown_names():
 
 def test_the_variant_table_says_which_headline_comparisons_each_variant_takes_part_in():
     taking = {key: [v.label for v in plan.VARIANTS if key in v.headline] for key in plan.HEADLINES}
-    assert taking == {"stock": ["jax:flax", "jax:scan"], "best tuned": ["jax:nofold", "jax:jit"],
+    assert taking == {"stock": ["jax:flax", "jax:scan"], "best tuned": ["jax:nofold", "jax:fused", "jax:jit"],
                       "same algorithm": ["jax:nofold"], "vendor kernel": ["jax:cudnn", "jax:onednn"],
-                      "compiled": ["torch:compile"], "kernel": ["jax:kernel"]}
+                      "compiled": ["torch:compile"], "kernel": ["jax:jit", "jax:kernel"]}
+    # A variant is named in a comparison only where its row ran in that comparison's tier.
+    assert {k: h.tier for k, h in plan.HEADLINES.items()} == {
+        "stock": "stock", "best tuned": "tuned", "same algorithm": "tuned", "vendor kernel": "vendor",
+        "compiled": "compiled", "kernel": "kernel"}
 
 
 def test_every_headline_a_variant_names_has_a_sentence_and_the_wording_its_phrase_asks_for():

@@ -59,16 +59,34 @@ def test_comparisons_pair_every_variant_with_the_baseline_per_step_kind():
 
 
 def test_a_row_whose_kernel_is_not_the_one_its_label_promises_is_a_fallback_kept_out_of_the_comparisons():
-    # jax:jit promises the fused recurrence; this worker's compiled step ran the reference scan instead.
-    s = session(**{"slow": entry("jax:nofold", [0.1] * 5, [0.1] * 5, "fused"),
-                   "fake": entry("jax:jit", [0.05] * 5, [0.05] * 5, "scan", replicate=2)})
-    s.entries["jax:jit#1"].setup.provenance = {"kernels": ["impl:scan"]}
+    # jax:fused promises the fused recurrence; this worker's compiled step ran the reference scan instead.
+    s = session(**{"fake": entry("jax:fused", [0.05] * 5, [0.05] * 5, "scan")})
     rows = results.rows_for(s, configs(s), None, peak=None)
-    jit = next(r for r in rows if r.variant == "jit" and r.step == "train")
-    assert jit.fallback == "jax:jit promises impl:fused on the cpu, but its training step ran impl:scan"
-    assert {c.variant for c in results.comparisons_for(s, None)} == {"jax:nofold"}
-    assert "fallback, kept out of the comparisons: jax:jit promises impl:fused" in results.warnings(rows, [])[0]
-    assert not any("jax:jit" in x for x in results.tier_sentences(rows, results.comparisons_for(s, None)))
+    fused = next(r for r in rows if r.variant == "fused" and r.step == "train")
+    assert fused.fallback == "jax:fused promises impl:fused on the cpu, but its training step ran impl:scan"
+    assert {c.variant for c in results.comparisons_for(s, None)} == {"jax:jit"}
+    assert "fallback, kept out of the comparisons: jax:fused promises impl:fused" in results.warnings(rows, [])[0]
+    assert not any("jax:fused" in x for x in results.tier_sentences(rows, results.comparisons_for(s, None)))
+
+
+def test_jax_jit_promises_no_implementation_but_takes_the_tier_and_sentence_of_the_one_it_ran():
+    # The trainers' default ran our kernel here: a kernel row, in the kernel's sentence and not the best tuned one.
+    s = session()
+    s.entries["jax:jit#1"].setup.record["lstm_impl"] = "kernel"
+    s.entries["jax:jit#1"].setup.provenance["kernels"] = ["impl:kernel", "lstm_kernel_forward"]
+    rows = results.rows_for(s, configs(s), None, peak=None)
+    assert {(r.tier, r.fallback) for r in rows if r.variant == "jit"} == {("kernel", None)}
+    assert results.tier_sentences(rows, results.comparisons_for(s, None))[0] == (
+        "JAX with a custom kernel against stock PyTorch: our recurrence kernel as jax_impl.train's default (jax:jit) "
+        "trains at 2.00× [2.00–2.00] and infers at 2.00× [1.00–2.00] the speed of torch:eager.")
+
+
+def test_the_variants_section_says_what_the_trainers_default_ran_and_why():
+    s = session()
+    s.entries["jax:jit#1"].setup.record["lstm_impl_auto"] = "our kernel: float32 on one CPU device"
+    said = results.descriptions(s, [plan.variant("jax:jit"), plan.variant("jax:nofold")])
+    assert said["jax:jit"] == plan.variant("jax:jit").description + ". Here: our kernel: float32 on one CPU device"
+    assert said["jax:nofold"] == plan.variant("jax:nofold").description
 
 
 def test_torch_eager_on_a_gpu_without_cudnn_is_a_fallback_and_takes_every_comparison_with_it():
@@ -185,7 +203,7 @@ def test_tier_sentences_give_each_tier_comparison_its_ratio_and_interval():
 
 
 def test_on_the_cpu_the_onednn_row_is_the_vendor_sentence():
-    s = session(**{"onednn": entry("jax:onednn", [0.25] * 5, [0.125] * 5, "fused",
+    s = session(**{"onednn": entry("jax:onednn", [0.25] * 5, [0.125] * 5, "onednn",
                                    kernels=["impl:onednn", "onednn_lstm_backward", "onednn_lstm_forward"])})
     rows = results.rows_for(s, configs(s), None, None)
     assert "Vendor kernel against vendor kernel, torch:eager running nn.LSTM on the same library: oneDNN through " \
@@ -194,7 +212,7 @@ def test_on_the_cpu_the_onednn_row_is_the_vendor_sentence():
 
 
 def test_a_onednn_row_whose_step_lacks_the_ffi_call_is_a_fallback():
-    s = session(**{"onednn": entry("jax:onednn", [0.25] * 5, [0.125] * 5, "fused", kernels=["impl:onednn"])})
+    s = session(**{"onednn": entry("jax:onednn", [0.25] * 5, [0.125] * 5, "onednn", kernels=["impl:onednn"])})
     assert results.fallback("jax:onednn", s.entries["jax:onednn#1"].setup) == (
         "jax:onednn promises onednn_lstm_forward on the cpu, but its training step ran impl:onednn")
 
@@ -236,7 +254,7 @@ def test_a_new_variant_joins_the_sentences_by_its_table_entries_alone(monkeypatc
                                 headline=("kernel",), wording="our custom kernel")))
     monkeypatch.setattr(plan, "HEADLINES", {**plan.HEADLINES,
                         "kernel": Headline("Custom kernel against stock PyTorch: {members}.",
-                                           "{wording} ({label}) {speeds}")})
+                                           "{wording} ({label}) {speeds}", "kernel")})
     s = session(**{"custom": entry("jax:custom", [0.08] * 5, [0.04] * 5, "custom", kernels=["impl:custom"])})
     rows = results.rows_for(s, configs(s), None, None)
     assert {r.tier for r in rows if r.variant == "custom"} == {"kernel"}

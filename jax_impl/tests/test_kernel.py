@@ -18,7 +18,7 @@ import pytest
 
 from common.errors import UnsupportedError
 from jax_impl import kernel, native, recurrence
-from jax_impl.model import resolve_lstm_impl
+from jax_impl.model import auto_lstm_impl, resolve_lstm_impl
 from jax_impl.numerics import dot
 from jax_impl.tests.test_recurrence import (LENGTHS, _assert_close, _embedding_args, _stack_loss,
                                             assert_stack_matches_reference, reference_stack)
@@ -245,6 +245,33 @@ def test_the_team_has_as_many_threads_as_openmp_offers_and_no_more_than_unit_blo
 def test_what_the_kernel_cannot_compute_is_refused_in_one_line(dtype, platform, refusal):
     with pytest.raises(UnsupportedError, match=refusal):
         resolve_lstm_impl("kernel", dtype, platform)
+
+
+@needs_library
+def test_auto_runs_the_kernel_in_float32_on_one_cpu_device_with_avx512():
+    if not kernel.library().lstm_kernel_vectorised():
+        pytest.skip("this CPU has no AVX-512")
+    assert auto_lstm_impl("float32", "cpu") == (
+        "kernel", "our kernel: float32 on one CPU device, with its AVX-512 tiles")
+
+
+@needs_library
+def test_auto_passes_over_the_kernels_portable_path_for_xlas_recurrence():
+    previous = kernel.library().lstm_kernel_set_vectorised(0)  # as on a CPU without AVX-512
+    try:
+        assert auto_lstm_impl("float32", "cpu") == ("fused", "XLA's fused recurrence, not our kernel: this CPU has no "
+                                                    "AVX-512, and the kernel's portable path was not measured faster "
+                                                    "than XLA's")
+    finally:
+        kernel.library().lstm_kernel_set_vectorised(previous)
+
+
+def test_auto_passes_over_a_kernel_that_was_not_built_saying_why(tmp_path, monkeypatch):
+    monkeypatch.setattr(native, "BUILD_DIR", tmp_path)
+    (tmp_path / "lstm_kernel.json").write_text(json.dumps({"built": False, "reason": "no g++ on PATH"}))
+    assert auto_lstm_impl("float32", "cpu") == (
+        "fused", "XLA's fused recurrence, not our kernel: the native lstm_kernel library is not available: no g++ on "
+                 "PATH")
 
 
 def test_a_kernel_that_was_not_built_is_refused_with_the_builds_reason(tmp_path, monkeypatch):

@@ -8,7 +8,7 @@ import pytest
 from jax_impl.convert import to_flax
 from common.errors import ConfigError, UnsupportedError
 from common.config import Config
-from jax_impl.model import STACKS, SentimentRNN, model_from_config, resolve_lstm_impl
+from jax_impl.model import STACKS, SentimentRNN, auto_lstm_impl, model_from_config, resolve_lstm_impl
 
 B, T, V, E, H, L = 3, 7, 11, 8, 16, 2
 CPU_IMPLEMENTATIONS = sorted(set(STACKS) - {"cudnn"})  # cudnn: jax_impl/tests/test_cudnn.py
@@ -205,10 +205,24 @@ def test_each_implementation_agrees_with_scan_in_logits_carry_and_gradients_with
         assert np.abs(a - b).max() <= 1e-6 * max(1.0, np.abs(b).max())
 
 
-def test_auto_resolves_to_fused_and_to_scan_under_bfloat16():
-    assert resolve_lstm_impl("auto", "float32") == resolve_lstm_impl("auto", "float64") == "fused"
-    assert resolve_lstm_impl("auto", "bfloat16") == "scan"
+@pytest.mark.parametrize("dtype,platform,devices,chosen,why", [
+    ("bfloat16", "cpu", 1, "scan", "bfloat16: the scan stack computes PyTorch's mixed precision"),
+    ("bfloat16", "gpu", 1, "scan", "bfloat16: the scan stack computes PyTorch's mixed precision"),
+    ("float64", "cpu", 1, "fused", "XLA's fused recurrence, not our kernel: it computes float32 only, not float64"),
+    ("float32", "gpu", 1, "fused", "XLA's fused recurrence, not our kernel: it is a CPU kernel, and this backend is "
+                                   "gpu"),
+    ("float32", "cpu", 2, "fused", "XLA's fused recurrence, not our kernel: it runs on one device, and this run's "
+                                   "mesh has 2"),
+])
+def test_auto_picks_scan_under_bfloat16_and_fused_wherever_the_kernel_does_not_run(dtype, platform, devices, chosen,
+                                                                                    why):
+    assert auto_lstm_impl(dtype, platform, devices) == (chosen, why)
+    assert resolve_lstm_impl("auto", dtype, platform, devices=devices) == chosen
+
+
+def test_a_named_implementation_resolves_to_itself():
     assert resolve_lstm_impl("scan", "float32") == "scan"
+    assert resolve_lstm_impl("fused", "float32", "cpu", devices=2) == "fused"
 
 
 def test_fused_under_bfloat16_is_refused_in_one_line_naming_the_alternatives():

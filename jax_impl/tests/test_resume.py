@@ -107,10 +107,10 @@ def test_a_killed_run_resumes_to_bitwise_the_same_end(small, reference, tmp_path
     assert_killed_run_resumes_bitwise(small, run_flags(small), reference, tmp_path)
 
 
-@pytest.mark.parametrize("impl,library", [("onednn", "onednn_lstm"), ("kernel", "lstm_kernel")])
-def test_a_killed_run_on_a_native_kernel_resumes_to_bitwise_the_same_end(small, tmp_path_factory, tmp_path, impl,
-                                                                       library):
-    if native.unavailable(library):
+@pytest.mark.parametrize("impl,library", [("fused", None), ("onednn", "onednn_lstm"), ("kernel", "lstm_kernel")])
+def test_a_killed_run_on_each_named_implementation_resumes_to_bitwise_the_same_end(small, tmp_path_factory, tmp_path,
+                                                                                   impl, library):
+    if library and native.unavailable(library):
         pytest.skip(native.unavailable(library))
     flags = [*run_flags(small), "--lstm-impl", impl]
     reference = uninterrupted(flags, tmp_path_factory.mktemp(f"uninterrupted-{impl}"))
