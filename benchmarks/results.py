@@ -166,12 +166,14 @@ def warnings(rows: Sequence[Row], rounds: Sequence[Round]) -> list[str]:
 
 
 def add_efficiency(rows: list[Row]) -> None:
-    """Rows of a sweep of ``devices``: throughput per device relative to the smallest count (1.0: linear)."""
+    """Rows of a sweep of ``devices``: throughput per device relative to the smallest count (1.0: linear); none where
+    that count ran another implementation (jax:jit: our kernel on one device, the fused recurrence over a mesh)."""
     scaled = [r for r in rows if r.sweep and r.sweep["field"] == "devices" and r.sweep["value"] and r.step_s]
     for r in scaled:
         first = min((x for x in scaled if (x.framework, x.variant, x.step) == (r.framework, r.variant, r.step)),
                     key=lambda x: x.sweep["value"])
-        r.efficiency = r.samples_per_s * first.sweep["value"] / (r.sweep["value"] * first.samples_per_s)
+        r.efficiency = (r.samples_per_s * first.sweep["value"] / (r.sweep["value"] * first.samples_per_s)
+                        if first.lstm_impl == r.lstm_impl else None)
 
 
 def tier_sentences(rows: Sequence[Row], comparisons: Sequence[Comparison]) -> list[str]:

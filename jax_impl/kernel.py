@@ -14,7 +14,8 @@ The backward computes each step's ``dh_{t-1}`` and ``dx_t`` in the same tiles, a
 gradients as MKL GEMMs over all steps. Forward and backward are one ``jax.custom_vjp``: the forward call keeps the
 activated gates and the cell states for the backward one where a gradient is taken. Sequence lengths
 (``--padding right``) are the kernel's own: from step ``lengths[b]`` on, row b's carry stays. Float32 only: the kernel
-has no bfloat16 or float64 path.
+has no bfloat16 or float64 path. ``--lstm-impl auto`` runs it in float32 on one CPU device with AVX-512
+(:func:`passed_over_because`).
 """
 from __future__ import annotations
 

@@ -100,7 +100,8 @@ def test_quick_convergence_run_writes_curves_tables_and_results_with_bfloat16_be
 @pytest.mark.skipif(not BOTH, reason="needs both twins installed")
 def test_quick_run_with_device_counts_adds_a_scaling_sweep_with_efficiency(tmp_path):
     out = tmp_path / "scale"
-    proc = run_bench("--quick", "--no-progress", "--device-counts", "1,2", "--variants", "torch:eager,jax:jit",
+    # jax:fused: one implementation at every count (jax:jit runs our kernel on one CPU device, fused over a mesh)
+    proc = run_bench("--quick", "--no-progress", "--device-counts", "1,2", "--variants", "torch:eager,jax:fused",
                      "--parity-steps", "0", "--out", str(out), timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "Sweep of devices (data-parallel scaling):" in proc.stdout and "measures the overhead" in proc.stdout
@@ -113,7 +114,7 @@ def test_quick_run_with_device_counts_adds_a_scaling_sweep_with_efficiency(tmp_p
     two = rows[("torch", 2, "train")]
     assert two["efficiency"] == pytest.approx(two["samples_per_s"] / (2 * rows[("torch", 1, "train")]["samples_per_s"]))
     assert two["threads"]["torch_intra_op"] == max(1, doc["settings"]["threads"] // 2)  # the ranks split the threads
-    assert {(c["variant"], c["sweep"]["value"]) for c in doc["comparisons"] if c["sweep"]} == {("jax:jit", 1),
-                                                                                              ("jax:jit", 2)}
+    assert {(c["variant"], c["sweep"]["value"]) for c in doc["comparisons"] if c["sweep"]} == {("jax:fused", 1),
+                                                                                              ("jax:fused", 2)}
     assert (out / "sweep_devices.png").exists()
     assert "## Sweep of devices (data-parallel scaling)" in (out / "results.md").read_text(encoding="utf-8")

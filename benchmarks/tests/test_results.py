@@ -184,6 +184,16 @@ def test_efficiency_is_throughput_per_device_relative_to_the_smallest_count():
     assert [r.efficiency for r in rows] == pytest.approx([1.0, 0.75, 0.5, 1.0])  # 150 / (2 × 100), 200 / (4 × 100)
 
 
+def test_no_efficiency_where_the_smallest_count_ran_another_implementation():
+    # jax:jit on one CPU device runs our kernel, over a mesh the fused recurrence: not one function's scaling.
+    jit = next(r for r in results.rows_for(session(), configs(session()), None, peak=None)
+               if r.variant == "jit" and r.step == "train")
+    rows = [replace(jit, sweep={"field": "devices", "value": n}, samples_per_s=s, lstm_impl=impl)
+            for n, s, impl in ((1, 140.0, "kernel"), (2, 160.0, "fused"), (4, 200.0, "fused"))]
+    results.add_efficiency(rows)
+    assert [r.efficiency for r in rows] == [1.0, None, None]
+
+
 def test_tier_sentences_give_each_tier_comparison_its_ratio_and_interval():
     s = session(**{"scan": entry("jax:scan", [0.4] * 5, [0.2] * 5, "scan"),
                    "flax": entry("jax:flax", [0.5] * 5, [0.1] * 5, "flax"),

@@ -79,7 +79,8 @@ def jax_runs(corpus, tmp_path_factory) -> dict:
     out = tmp_path_factory.mktemp("dp-jax")
     flags = small_flags(*corpus)
     runs = [("uneven", [*flags, "--devices", "2", "--batch-size", "49"]),
-            ("one", [*flags, "--devices", "1", "--metrics-out", str(out / "one.jsonl")]),
+            # --lstm-impl auto runs our kernel on one CPU device and the fused recurrence over a mesh: one program
+            ("one", [*flags, "--devices", "1", "--lstm-impl", "fused", "--metrics-out", str(out / "one.jsonl")]),
             ("two", [*flags, "--devices", "2", "--metrics-out", str(out / "two.jsonl")])]
     # CPU only, even on a GPU host: the 2 devices are simulated CPU ones, and the GPU stays free for others.
     env = {**os.environ, "PYTHONPATH": str(ROOT), "XLA_FLAGS": "--xla_force_host_platform_device_count=2",
@@ -102,6 +103,12 @@ def test_two_devices_train_what_one_device_trains_dropout_included(jax_runs):
     assert diff.max() <= 1e-5
     np.testing.assert_allclose(evaluations(jax_runs["dir"] / "two.jsonl"),
                                evaluations(jax_runs["dir"] / "one.jsonl"), atol=1e-5)
+
+
+def test_auto_runs_the_fused_recurrence_over_a_mesh_saying_why(jax_runs):
+    run = read_metrics(jax_runs["dir"] / "two.jsonl")[0]["run"]
+    assert (run["lstm_impl"], run["lstm_impl_auto"]) == (
+        "fused", "XLA's fused recurrence, not our kernel: it runs on one device, and this run's mesh has 2")
 
 
 def test_two_devices_split_the_batch_and_replicate_the_parameters(jax_runs):
