@@ -23,9 +23,9 @@ SWEEP_COLUMNS = ("value", "variant", "kernel", "parity", "train ms", f"train vs 
                  f"eval vs {BASELINE}", "train samples/s", "exec GFLOP train", "rounds")
 SCALING = ("At a fixed global batch, torch runs N DDP ranks (gloo on a CPU, the threads split between them) and JAX "
            "one process over N devices (simulated on a CPU); efficiency = training throughput / (N × the smallest "
-           "count's per device), 1.0 is linear, – where that count ran another implementation (jax:jit runs our kernel on one "
-           "device, the fused recurrence over several). On a CPU the N devices share the same cores: this measures the "
-           "overhead of data parallelism, not a speed-up.")
+           "count's per device), 1.0 is linear, – where that count ran another implementation (jax:jit runs our "
+           "kernel on one device, the fused recurrence over several). On a CPU the N devices share the same cores: "
+           "this measures the overhead of data parallelism, not a speed-up.")
 
 
 def base_rows(doc: dict) -> list[dict]:
