@@ -22,6 +22,7 @@ from common.batches import Batch, batches
 from common.config import Config
 from common.data import Dataset, prepare_data
 from common.params import Params, init_params
+from jax_impl.model import auto_lstm_impl
 # The JAX tests' conftest also brings XLA_PYTHON_CLIENT_PREALLOCATE=false (processes share a GPU) and the autouse
 # cpu_by_default: both twins on the CPU unless a test says otherwise (PyTorch's helpers default to "cpu").
 from jax_impl.tests.conftest import NEUTRAL, cpu_by_default  # noqa: F401
@@ -105,6 +106,8 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     if not report.ROWS:
         return
     terminalreporter.write_sep("=", "parity report: PyTorch twin vs JAX twin")
+    chosen, why = auto_lstm_impl("float32", "cpu")  # the implementation of the rows not named after one
+    terminalreporter.write_line(f"JAX's default, --lstm-impl auto, in float32 here: {chosen} ({why})")
     for line in report.format_table(report.ROWS):
         terminalreporter.write_line(line)
 

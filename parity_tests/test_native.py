@@ -1,8 +1,9 @@
-"""The JAX stacks on native kernels against the PyTorch twin, held to the bounds the default stack is held to:
-``--lstm-impl onednn`` (oneDNN's LSTM primitive through XLA's FFI, the kernel torch's nn.LSTM runs) and
-``--lstm-impl kernel`` (our own recurrence kernel through XLA's FFI), at the seed's shapes in one forward pass and
-in the loss and every gradient, and in the 200-step trajectories of every carry mode. A machine where the native
-library was not built skips these, saying why.
+"""The JAX stacks the default rows do not run, against the PyTorch twin, held to the bounds the default stack is held
+to: of ``--lstm-impl fused`` (XLA's fused recurrence), ``onednn`` (oneDNN's LSTM primitive through XLA's FFI, the
+kernel torch's nn.LSTM runs) and ``kernel`` (our own recurrence kernel through XLA's FFI), every one but the one
+``--lstm-impl auto`` picks here (the kernel on one AVX-512 CPU device, else fused), at the seed's shapes in one forward
+pass and in the loss and every gradient, and in the 200-step trajectories of every carry mode. So each runs once,
+whichever the default is. A machine where a native library was not built skips its rows, saying why.
 
 oneDNN's primitive takes no sequence lengths, so ``--padding right`` is refused in one line (PyTorch runs packed
 sequences on its ATen cell, not on oneDNN): that refusal is a row here too. It has no float64 either. Our kernel
@@ -20,6 +21,7 @@ from common.errors import UnsupportedError
 from jax_impl import native
 from jax_impl import step as jax_step
 from jax_impl.loss import sigmoid
+from jax_impl.model import auto_lstm_impl
 from parity_tests import report
 from parity_tests.configs import TRAJECTORY_MODES, TRAJECTORY_STEPS
 from parity_tests.conftest import nonzero_carry
@@ -31,12 +33,15 @@ from parity_tests.twins import (flax_module, flax_params, jax_carry, jax_loss_gr
                                 worst_relative_diff, worst_scaled_diff, zeros_stacked)
 from torch_impl.step import to_device
 
-LIBRARIES = {"onednn": "onednn_lstm", "kernel": "lstm_kernel"}
-PADDINGS = {"onednn": ("left",), "kernel": ("left", "right")}  # the paddings each computes
+LIBRARIES = {"fused": None, "onednn": "onednn_lstm", "kernel": "lstm_kernel"}  # the native library each needs
+DEFAULT = auto_lstm_impl("float32", "cpu")[0]  # the default rows' implementation (test_forward, test_trajectories...)
+# The paddings each computes, for every implementation but the default's.
+PADDINGS = {impl: paddings for impl, paddings in
+            {"fused": ("left", "right"), "onednn": ("left",), "kernel": ("left", "right")}.items() if impl != DEFAULT}
 
 
 def needs_library(impl: str) -> None:
-    reason = native.unavailable(LIBRARIES[impl])
+    reason = LIBRARIES[impl] and native.unavailable(LIBRARIES[impl])
     if reason:
         pytest.skip(reason)
 
