@@ -71,6 +71,8 @@ def resolve_lstm_impl(name: str, dtype: str, platform: str | None = None, paddin
         onednn.check_usable(dtype, padding, platform or jax.default_backend())
     if name == "kernel":
         kernel.check_usable(dtype, platform or jax.default_backend())
+    if name in ("onednn", "kernel") and devices > 1:
+        raise UnsupportedError(f"--lstm-impl {name} runs on one device: XLA cannot split a custom call over a mesh")
     return name
 
 

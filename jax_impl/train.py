@@ -15,7 +15,7 @@ import jax
 
 from common import loop
 from common.config import Config, parse_config
-from common.errors import ConfigError, UnsupportedError, cli_main
+from common.errors import ConfigError, cli_main
 from common.interrupts import exit_process
 from common.params import Params
 from common.precision import BFLOAT16_RULES
@@ -43,9 +43,6 @@ class JaxTwin:
             raise ConfigError("--no-flush-denormal is PyTorch's: XLA always flushes denormals to zero on the CPU")
         self.place = placement(cfg, device)  # on one device both placements are `device` itself
         self.cfg, self.model = cfg, model_from_config(cfg, vocab_size, device.platform, self.place.devices)
-        if self.model.lstm_impl in ("onednn", "kernel") and self.place.devices > 1:
-            raise UnsupportedError(f"--lstm-impl {self.model.lstm_impl} runs on one device: XLA cannot split a custom "
-                                   f"call over a mesh")
         self.is_main = True  # one process drives every device
         self.key = jax.device_put(jax.random.key(cfg.seed), self.place.replicated)  # dropout: fold_in(key, step)
         unrolled = rng_lowering.unroll_threefry_on_cpu()  # before the steps are lowered: the same bits, faster

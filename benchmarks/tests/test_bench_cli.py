@@ -60,7 +60,7 @@ def test_quick_run_writes_the_table_results_json_markdown_and_charts(tmp_path):
     assert sentences[1].startswith("Best tuned JAX against stock PyTorch: jax:")
     assert sentences[2].startswith("The same algorithm as nn.LSTM, hand-tuned (jax:nofold), trains at ")
     # jax:jit is the trainers' default: our kernel where auto picks it (a kernel row), else a tuned one.
-    default = auto_lstm_impl("float32", "cpu")[0]
+    default, why = auto_lstm_impl("float32", "cpu")
     kernel_sentence = ["JAX with a custom kernel against stock PyTorch: our recurrence kernel as jax_impl.train's "
                        "default (jax:jit) trains at "] if default == "kernel" else []
     assert [x[:len(y)] for x, y in zip(sentences[3:], kernel_sentence)] == kernel_sentence
@@ -97,7 +97,7 @@ def test_quick_run_writes_the_table_results_json_markdown_and_charts(tmp_path):
         f"impl:{default}", "impl:fused", "impl:fused", "impl:scan", "impl:flax"]
     assert train["fused"]["provenance"]["float_while_loops"] == 2  # the wavefront forward and backward
     assert train["jit"]["tier"] == {"kernel": "kernel", "fused": "tuned"}[default]
-    assert doc["variants"]["jax:jit"].endswith(". Here: " + auto_lstm_impl("float32", "cpu")[1])
+    assert doc["variants"]["jax:jit"].endswith(". Here: " + why)
     # The float rules in force, per row: full float32 matmuls, denormals flushed on every torch thread.
     assert eager["precision"]["float32_matmul_precision"] == "highest" and eager["flush_denormal"] is True
     assert train["jit"]["provenance"]["precision"]["jax_impl_precision"] == "highest"

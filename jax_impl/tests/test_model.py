@@ -220,6 +220,14 @@ def test_auto_picks_scan_under_bfloat16_and_fused_wherever_the_kernel_does_not_r
     assert resolve_lstm_impl("auto", dtype, platform, devices=devices) == chosen
 
 
+@pytest.mark.parametrize("impl", ["onednn", "kernel"])
+def test_a_native_kernel_named_over_a_mesh_is_refused_in_one_line(impl):
+    skip_unless_computed(impl)
+    with pytest.raises(UnsupportedError, match=rf"^--lstm-impl {impl} runs on one device: XLA cannot split a custom "
+                                               r"call over a mesh$"):
+        resolve_lstm_impl(impl, "float32", "cpu", devices=2)
+
+
 def test_a_named_implementation_resolves_to_itself():
     assert resolve_lstm_impl("scan", "float32") == "scan"
     assert resolve_lstm_impl("fused", "float32", "cpu", devices=2) == "fused"
