@@ -1,6 +1,7 @@
 # One-command set-up: `make test` and `make bench` create the environment on first use.
 #
-#   make setup               CPU (default, ACCEL=cpu): the CPU build of torch, JAX's CPU build, in .venv
+#   make setup               CPU (default, ACCEL=cpu): torch's CPU build (torch==X+cpu, from PyTorch's CPU index
+#                            where it answers), JAX's CPU build, in .venv
 #   make setup ACCEL=cuda    CUDA builds in .venv-cuda: torch from PyTorch's CUDA index, jax[cuda12] pinned
 #                            outside jaxlib 0.10.2-0.11.0's slow GPU scatter-add (a separate pip command each,
 #                            so torch's index URL does not apply to jax)
@@ -27,7 +28,15 @@ TORCH_INSTALL ?= torch==$(TORCH_VERSION)+$(TORCH_CUDA) --index-url https://downl
 JAX_INSTALL   ?= jax[cuda12]==0.10.1
 else ifeq ($(ACCEL),cpu)
 VENV          ?= .venv
+# PyPI's Linux torch is the CUDA build (gigabytes of nvidia-* wheels); PyTorch's CPU index serves the "+cpu" build. The
+# local label matches CPU builds only: where that index cannot be reached, pip takes a +cpu wheel from its other
+# sources (find-links) or fails, never a CUDA build. macOS wheels are CPU builds with no label and no index needed.
+ifeq ($(shell uname -s),Darwin)
 TORCH_INSTALL ?= torch==$(TORCH_VERSION)
+else
+TORCH_INSTALL ?= torch==$(TORCH_VERSION)+cpu
+TORCH_INDEX   ?= https://download.pytorch.org/whl/cpu
+endif
 JAX_INSTALL   ?= jax
 else
 $(error ACCEL must be cpu or cuda, got '$(ACCEL)')
@@ -35,6 +44,9 @@ endif
 
 PY    := $(VENV)/bin/python
 SPECS := $(TORCH_INSTALL) | $(JAX_INSTALL) | $(EXTRAS)
+# Whether an index answers, in 10 s (probed before the torch install, so an unreachable one costs no retries).
+export INDEX_PROBE := import sys, urllib.request; urllib.request.urlopen(urllib.request.Request(sys.argv[1], \
+  method='HEAD'), timeout=10)
 STAMP := $(VENV)/.installed-$(shell printf '%s' '$(SPECS)' | cksum | cut -d' ' -f1)
 
 .PHONY: setup test bench gpu-corpus gpu-check clean
@@ -43,7 +55,13 @@ $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	@rm -f $(VENV)/.installed*
 	$(PY) -m pip install -q --upgrade pip
+ifdef TORCH_INDEX
+	@index=; if $(PY) -c "$$INDEX_PROBE" "$(TORCH_INDEX)/torch/" 2>/dev/null; then index="--extra-index-url $(TORCH_INDEX)"; \
+	else echo "note: $(TORCH_INDEX) cannot be reached: pip looks for $(TORCH_INSTALL) in its other sources"; fi; \
+	echo "$(PY) -m pip install -q $(TORCH_INSTALL) $$index"; $(PY) -m pip install -q $(TORCH_INSTALL) $$index
+else
 	$(PY) -m pip install -q $(TORCH_INSTALL)
+endif
 	$(PY) -m pip install -q "$(JAX_INSTALL)"
 	$(PY) -m pip install -q -e ".[$(EXTRAS)]"
 	@echo '$(SPECS)' > $@

@@ -20,9 +20,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script from any directory
 
+from common import interrupts  # noqa: E402
+
+interrupts.exit_on_ctrl_c(__name__)  # first: Ctrl-C while the imports below load is one line and exit 130
+
 from benchmarks import convergence, crossrun, harness, plan, plots, processes, render, results, schema  # noqa: E402
 from common.config import Config, config_from_namespace, field_names, flag, make_parser  # noqa: E402
 from common.errors import ConfigError, cli_main  # noqa: E402
+from common.files import Output, check_outputs  # noqa: E402
 
 # Config fields that mean nothing to a benchmark (checkpoints, run length; --device-counts replaces --devices).
 EXCLUDED_FIELDS = (*field_names("files"), "max_steps", "skip_nonfinite", "devices")
@@ -40,7 +45,7 @@ def missing_modules(framework: str) -> list[str]:
 
 def resolve_frameworks(spec: str | None) -> list[str]:
     """``--frameworks``: the twins to run; a missing one is named on stderr (default) or refused (asked for)."""
-    asked = list(dict.fromkeys(plan.comma_list(spec))) if spec else list(plan.FRAMEWORKS)
+    asked = list(dict.fromkeys(plan.comma_list(spec, "--frameworks"))) if spec is not None else list(plan.FRAMEWORKS)
     ready = []
     for name in asked:
         if name not in plan.FRAMEWORKS:
@@ -57,8 +62,17 @@ def resolve_frameworks(spec: str | None) -> list[str]:
     return ready
 
 
+class OneDefaultFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """The Config flags' defaults appended to their help, except where the help states its own (the benchmark's
+    counts, whose default depends on --quick, and the options whose default is decided at run time)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        return action.help if "(default" in (action.help or "") else super()._get_help_string(action)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = make_parser("benchmarks/bench.py", __doc__.split("\n\n")[0], exclude=EXCLUDED_FIELDS)
+    parser.formatter_class = OneDefaultFormatter
     b = parser.add_argument_group("benchmark")
     b.add_argument("--mode", choices=("speed", "convergence"), default="speed", help="speed: time the steps; "
                    "convergence: train both twins to the end (uses --epochs, --log-every)")
@@ -71,12 +85,14 @@ def build_parser() -> argparse.ArgumentParser:
                        ("eval_steps", "evaluation steps per process and round"),
                        ("parts_steps", "training steps timed part by part per process and round, 0: none"),
                        ("parity_steps", "training steps of each variant's parity run, 0: none")):
-        b.add_argument(f"--{flag(name)}", type=int, default=None, help=f"{text} (default {DEFAULTS[name]})")
+        quick = f", with --quick {QUICK[name]}" if QUICK[name] != DEFAULTS[name] else ""
+        b.add_argument(f"--{flag(name)}", type=int, default=None, help=f"{text} (default {DEFAULTS[name]}{quick})")
     b.add_argument("--sweep", action="append", default=[], metavar="FIELD=V1,V2,...",
                    help="also time the variants named in --variants (default: the main ones) at these values of one "
                    "Config field, paired (repeatable)")
     b.add_argument("--device-counts", default=None, metavar="N1,N2,...",
-                   help="also measure data-parallel scaling (JAX: simulated CPU devices; torch: gloo processes)")
+                   help="also measure data-parallel scaling at these device counts (JAX: simulated CPU devices; "
+                   "torch: gloo processes) (default: not measured)")
     b.add_argument("--quick", action="store_true", help="a smoke run: tiny model, few rounds")
     b.add_argument("--threads", type=int, default=None, help="CPU threads of each worker (default: all usable CPUs)")
     b.add_argument("--timeout", type=float, default=1800.0, help="seconds one worker may take for one request "
@@ -111,20 +127,28 @@ def settings_from(ns: argparse.Namespace, cfg: Config) -> dict:
     if not 1 <= s["threads"] <= processes.usable_cpus():
         raise ConfigError(f"--threads must be between 1 and {processes.usable_cpus()} (the usable CPUs), "
                           f"got {s['threads']}")
-    if ns.timeout <= 0:
-        raise ConfigError(f"--timeout must be > 0, got {ns.timeout}")
+    if not 0 < ns.timeout < float("inf"):  # NaN too: every comparison with it is false
+        raise ConfigError(f"--timeout must be a finite number of seconds > 0, got {ns.timeout}")
     sweeps = [plan.parse_sweep(x, cfg) for x in ns.sweep]
-    if ns.device_counts:  # data-parallel scaling is a sweep of --devices
+    if ns.device_counts is not None:  # data-parallel scaling is a sweep of --devices
         sweeps.append(plan.Sweep("devices", tuple(sorted(plan.int_list(ns.device_counts, "--device-counts", 1,
                                                                        "positive")))))
     return {**s, "device": cfg.device, "timeout_s": ns.timeout, "quick": ns.quick, "sweeps": sweeps}
 
 
+def results_held(out: Path) -> str | None:
+    """The refusal of an --out holding an earlier run's results (other files there are left alone)."""
+    if (out / "results.json").exists():
+        return (f"--out {out}: holds the results of an earlier run; choose another directory, or pass --overwrite "
+                f"to replace them")
+    return None
+
+
 def output_dir(spec: str | None, overwrite: bool) -> Path:
+    """``--out`` (default ``bench-results/<timestamp>``), checked (:func:`common.files.check_outputs`), then made:
+    called once every flag is checked and before any worker starts."""
     out = Path(spec) if spec else Path("bench-results") / datetime.now().strftime("%Y%m%d-%H%M%S")
-    if (out / "results.json").exists() and not overwrite:
-        raise ConfigError(f"--out {out}: holds the results of an earlier run; choose another directory, or pass "
-                          f"--overwrite to replace them")
+    check_outputs([Output("--out", out, directory=True, contents="the results", held=results_held)], overwrite)
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as err:
@@ -153,9 +177,9 @@ def measure(cfg: Config, variants, s: dict, base: bool, parity: bool = False) ->
     return harness.run(entries, p, s["device"], progress=cfg.progress), {e.label: e.config for e in entries}
 
 
-def speed_main(ns: argparse.Namespace, cfg: Config, s: dict, frameworks: list[str], argv: list[str]) -> int:
-    variants = plan.select_variants(ns.variants, frameworks, "gpu" if s["device"] == "gpu" else "cpu")
-    out, environment, start = output_dir(ns.out, ns.overwrite), processes.environment(), time.perf_counter()
+def speed_main(ns: argparse.Namespace, cfg: Config, s: dict, frameworks: list[str], variants: list[plan.Variant],
+               out: Path, argv: list[str]) -> int:
+    environment, start = processes.environment(), time.perf_counter()
     session, configs = measure(cfg, variants, s, base=True)
     ok = [e.setup for e in session.entries.values() if e.status == "ok"]
     if not ok:  # e.g. --device gpu without a GPU
@@ -215,8 +239,9 @@ def main(argv: list[str] | None = None) -> int:
             raise ConfigError(f"--target is a validation accuracy in (0, 1], got {ns.target}")
         return convergence.main(cfg, frameworks, seeds, ns.target, output_dir(ns.out, ns.overwrite), ns.timeout,
                                 ns.quick, ["benchmarks/bench.py", *argv])
-    return speed_main(ns, cfg, s, frameworks, argv)
+    variants = plan.select_variants(ns.variants, frameworks, "gpu" if s["device"] == "gpu" else "cpu")
+    return speed_main(ns, cfg, s, frameworks, variants, output_dir(ns.out, ns.overwrite), argv)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    interrupts.exit_process(main())

@@ -3,6 +3,7 @@
 95% intervals hold the other runs' median ratio (``--rounds-only``: with the intervals recomputed without resampling
 the worker processes, for comparison)."""
 import json
+import sys
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -14,6 +15,7 @@ from benchmarks.stats import paired_ratio, round_means
 from benchmarks.tables import label, ms, table
 from common.config import Parser
 from common.errors import ConfigError
+from common.files import Output, check_outputs
 
 
 def rounds_only(doc: dict) -> dict:
@@ -79,40 +81,75 @@ def compare(a: dict, b: dict, names: Sequence[str], markdown: bool) -> str:
                      + [("- " if markdown else "") + h for h in head] + ["", body]) + "\n"
 
 
+def same_run(runs: Sequence[str], docs: Sequence[dict]) -> tuple[str, str, str] | None:
+    """The first two ``runs`` that are one run: ``(a, b, how)``, by the results.json they resolve to or, copied, by
+    identical contents; None when all are distinct."""
+    for j in range(len(runs)):
+        for i in range(j):
+            if schema.results_path(runs[i]).resolve() == schema.results_path(runs[j]).resolve():
+                return runs[i], runs[j], "the same results.json"
+            if docs[i] == docs[j]:
+                return runs[i], runs[j], "identical results"
+    return None
+
+
+def report_output(path: str | None, overwrite: bool, runs: Sequence[str]) -> None:
+    """``--out``, checked before any run is read (:func:`common.files.check_outputs`): a report there, or a run's
+    results.json, is replaced only with ``--overwrite``."""
+    if path:
+        check_outputs([Output("--out", Path(path), directory=False, contents="the report",
+                              replaced="which the report replaces"),
+                       *(Output("the run", schema.results_path(run), directory=False, contents="its results",
+                                read=True) for run in runs)], overwrite)
+
+
 def emit(report: Callable[[bool], str], path: str | None) -> None:
     """``report`` as text on stdout and, when ``--out`` gave a ``path``, as Markdown there."""
     print(report(False), end="")
     if path:
         try:
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
             Path(path).write_text(report(True), encoding="utf-8")
         except OSError as err:
             raise ConfigError(f"--out {path}: cannot write ({err.strerror})") from None
 
 
+def add_out(parser: Parser) -> None:
+    parser.add_argument("--out", default=None, help="also write the table as Markdown to this file")
+    parser.add_argument("--overwrite", action="store_true", help="replace the --out file if it exists")
+
+
 def coverage_main(argv: list[str]) -> int:
-    """``bench.py coverage RUN_1 RUN_2 RUN_3 ... [--rounds-only] [--out FILE.md]``."""
+    """``bench.py coverage RUN_1 RUN_2 RUN_3 ... [--rounds-only] [--out FILE.md [--overwrite]]``."""
     parser = Parser(prog="benchmarks/bench.py coverage", description="how often each run's 95%% interval holds the "
                     "median ratio of the other runs (runs of one configuration on one machine)")
-    parser.add_argument("runs", nargs="+", help="results directories or their results.json (at least 3)")
-    parser.add_argument("--out", default=None, help="also write the table as Markdown to this file")
+    parser.add_argument("runs", nargs="+", help="results directories or their results.json (at least 3 distinct runs)")
+    add_out(parser)
     parser.add_argument("--rounds-only", action="store_true", help="the train and eval intervals recomputed as a "
                         "one-level bootstrap over rounds, the replicates held fixed (for comparison)")
     ns = parser.parse_args(argv)
     if len(ns.runs) < 3:
         raise ConfigError(f"coverage: needs at least 3 runs, got {len(ns.runs)}")
+    report_output(ns.out, ns.overwrite, ns.runs)
     docs = [schema.read_run(x, "coverage") for x in ns.runs]
+    if same := same_run(ns.runs, docs):  # a run against itself would hold its own median: coverage inflated
+        raise ConfigError(f"coverage: {same[0]} and {same[1]} are one run ({same[2]}); coverage needs distinct runs")
     docs = [rounds_only(d) for d in docs] if ns.rounds_only else docs
     emit(lambda markdown: coverage(docs, ns.runs, markdown), ns.out)
     return 0
 
 
 def compare_main(argv: list[str]) -> int:
-    """``bench.py compare RUN_A RUN_B [--out FILE.md]``."""
+    """``bench.py compare RUN_A RUN_B [--out FILE.md [--overwrite]]``."""
     parser = Parser(prog="benchmarks/bench.py compare", description="two benchmark runs side by side")
     parser.add_argument("run_a", help="a results directory or its results.json")
     parser.add_argument("run_b")
-    parser.add_argument("--out", default=None, help="also write the table as Markdown to this file")
+    add_out(parser)
     ns = parser.parse_args(argv)
+    report_output(ns.out, ns.overwrite, [ns.run_a, ns.run_b])
     a, b = schema.read_run(ns.run_a), schema.read_run(ns.run_b)
+    if same := same_run([ns.run_a, ns.run_b], [a, b]):  # allowed: a check of the tool itself
+        print(f"note: compare: {same[0]} and {same[1]} are one run ({same[2]}): every ratio is 1.00× by "
+              f"construction", file=sys.stderr)
     emit(lambda markdown: compare(a, b, (ns.run_a, ns.run_b), markdown), ns.out)
     return 0

@@ -8,15 +8,21 @@ own AVX-512 register tiles, on the team, as its forward runs them; for reference
 chained as in a loop. Prints one Markdown table (benchmarks/PERFORMANCE.md records the figures): the kernel runs its
 tiles where the CPU has AVX-512, and the fastest library elsewhere.
 """
-import argparse
 import ctypes
 import os
-import sys
 import time
 from pathlib import Path
 
-import numpy as np
+from common import interrupts
 
+interrupts.exit_on_ctrl_c(__name__)  # first: Ctrl-C while the imports below load is one line and exit 130
+
+import numpy as np  # noqa: E402
+
+from common.config import Parser, int_at_least  # noqa: E402
+from common.errors import cli_main  # noqa: E402
+
+PROG = "python -m benchmarks.gemm_choice"
 SHAPE = (50, 256, 1024)  # M, K, N: B, H and 4H at the seed's sizes
 BACKENDS = {"mkl_packed": "MKL cblas_sgemm_pack + cblas_sgemm_compute", "mkl_sgemm": "MKL sgemm",
             "openblas_sgemm": "OpenBLAS sgemm (numpy's)"}
@@ -29,15 +35,13 @@ def openblas_path() -> str:
 
 
 def library() -> ctypes.CDLL:
+    """The microbenchmark's library (built here first where it is not), checked as every native library is
+    (:func:`jax_impl.native.validated`): a damaged one is one line, never a crash."""
     from jax_impl import native
     from jax_impl.native import build
     if native.unavailable("gemm_choice"):
         build.build(build.EXTENSIONS["gemm_choice"])
-    reason = native.unavailable("gemm_choice")
-    if reason:
-        print(f"error: {reason}", file=sys.stderr)
-        raise SystemExit(2)
-    lib = ctypes.CDLL(str(native.library_path("gemm_choice")))
+    lib = native.validated("gemm_choice")
     lib.gemm_choice_gflops.restype = ctypes.c_double
     lib.gemm_choice_gflops.argtypes = [ctypes.c_char_p, *[ctypes.c_int] * 5, ctypes.c_char_p]
     return lib
@@ -70,13 +74,11 @@ def _timed(fn) -> float:
     return time.perf_counter() - start
 
 
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--reps", type=int, default=2000, help="products per timed run (default 2000)")
+@cli_main
+def main(argv: list[str] | None = None) -> int:
+    parser = Parser(prog=PROG, description=__doc__.splitlines()[0])
+    parser.add_argument("--reps", type=int_at_least(1), default=2000, help="products per timed run (default 2000)")
     args = parser.parse_args(argv)
-    if args.reps < 1:
-        print("error: --reps must be at least 1", file=sys.stderr)
-        return 2
     team = os.cpu_count() or 1
     lib, m, k, n = library(), *SHAPE
     print(f"(B, H)·(H, 4H) = ({m}, {k})·({k}, {n}), {args.reps} products per run, best of 5, GFLOP/s\n")
@@ -94,4 +96,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    interrupts.exit_process(main())

@@ -1,5 +1,5 @@
 """Where XLA's time goes in one LSTM layer's recurrence, beside PyTorch's: ``python -m benchmarks.loop_cost
-[--rounds N] [--batch B] [--steps T] [--hidden H] [--input D] [--out FILE.json]``.
+[--rounds N] [--batch B] [--steps T] [--hidden H] [--input D] [--out FILE.json [--overwrite]]``.
 
 Forward only (inference), float32, full-precision matmuls, one process: each piece below runs once per round, the
 pieces interleaved, so that the differences are paired by round. Every figure is a median over the rounds with a 95%
@@ -24,9 +24,13 @@ import time
 from pathlib import Path
 from typing import Callable
 
-import numpy as np
+from common import interrupts
 
-from jax_impl import xla_env
+interrupts.exit_on_ctrl_c(__name__)  # first: Ctrl-C while the imports below load is one line and exit 130
+
+import numpy as np  # noqa: E402
+
+from jax_impl import xla_env  # noqa: E402
 
 xla_env.configure()  # before JAX's backend starts
 
@@ -180,21 +184,25 @@ def render(doc: dict) -> str:
 
 @cli_main
 def main(argv: list[str]) -> int:
+    from common.files import Output, atomic_file, check_outputs
+
     parser = Parser(prog=PROG, description=__doc__.split("\n\n")[0])
     for flag, default in (("--rounds", 15), ("--batch", 50), ("--steps", 200), ("--hidden", 256), ("--input", 256)):
         parser.add_argument(flag, type=int, default=default)
-    parser.add_argument("--out", type=Path, help="also write the figures as JSON here")
+    parser.add_argument("--out", type=Path, help="also write the figures as JSON to this file")
+    parser.add_argument("--overwrite", action="store_true", help="replace the --out file if it exists")
     args = parser.parse_args(argv)
     if min(args.rounds, args.batch, args.steps, args.hidden, args.input) < 1:
         parser.error("--rounds, --batch, --steps, --hidden and --input must be positive")
-    if args.out and not args.out.parent.is_dir():
-        parser.error(f"--out {args.out}: no folder {args.out.parent}")
+    if args.out:  # before the minutes of measuring
+        check_outputs([Output("--out", args.out, directory=False, contents="the figures")], args.overwrite)
     doc = measure(args.rounds, args.batch, args.steps, args.hidden, args.input)
     print(render(doc))
     if args.out:
-        args.out.write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        atomic_file(args.out, lambda tmp: tmp.write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8"))
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    interrupts.exit_process(main(sys.argv[1:]))

@@ -118,8 +118,15 @@ VARIANTS = (
 QUICK_CONFIG = {"embed_dim": 16, "hidden_dim": 16, "seq_len": 16, "batch_size": 8}
 
 
-def comma_list(spec: str) -> list[str]:
-    return [x.strip() for x in spec.split(",") if x.strip()]
+def comma_list(spec: str, where: str) -> list[str]:
+    """``'a, b'`` → ``['a', 'b']``; a list that names nothing, or holds an empty value (``'a,,b'``, ``'a,'``), is
+    refused naming ``where`` (the flag): a dropped value would run something other than what was asked."""
+    if not spec.strip():
+        raise ConfigError(f"{where}: empty; give a comma list of values")
+    items = [x.strip() for x in spec.split(",")]
+    if not all(items):
+        raise ConfigError(f"{where}: an empty value in {spec!r}; give a comma list of values")
+    return items
 
 
 def select_variants(spec: str, frameworks: Sequence[str], device: str = "cpu") -> list[Variant]:
@@ -127,7 +134,7 @@ def select_variants(spec: str, frameworks: Sequence[str], device: str = "cpu") -
     if spec in ("default", "all"):
         return [v for v in VARIANTS if v.framework in frameworks and (spec == "all" or device in v.default_on)]
     chosen: list[Variant] = []
-    for item in comma_list(spec):
+    for item in comma_list(spec, "--variants"):
         matches = [v for v in VARIANTS if item in (v.label, v.name)]
         if not matches:
             raise ConfigError(f"--variants: unknown variant {item!r} (known: default, all, "
@@ -137,8 +144,6 @@ def select_variants(spec: str, frameworks: Sequence[str], device: str = "cpu") -
                 raise ConfigError(f"--variants {item}: the {v.framework} twin is not among --frameworks")
             if v not in chosen:
                 chosen.append(v)
-    if not chosen:
-        raise ConfigError("--variants: no variant named")
     return chosen
 
 
@@ -167,12 +172,12 @@ def parse_sweep(spec: str, base: Config) -> Sweep:
         raise ConfigError(f"{where}: expected FIELD=V1,V2,... (e.g. batch_size=16,50,128)")
     name, _, values_text = spec.partition("=")
     name = name.strip().replace("-", "_")
+    if not name:
+        raise ConfigError(f"{where}: no field named before '='; expected FIELD=V1,V2,... (e.g. batch_size=16,50,128)")
     known = {f.name: f for f in dataclasses.fields(Config)}
     if name not in known:
         raise ConfigError(f"{where}: no configuration field {name!r} (e.g. batch_size, hidden_dim, seq_len)")
-    values = tuple(dict.fromkeys(_parse_value(known[name], v, where) for v in comma_list(values_text)))
-    if not values:
-        raise ConfigError(f"{where}: no values")
+    values = tuple(dict.fromkeys(_parse_value(known[name], v, where) for v in comma_list(values_text, where)))
     for value in values:
         try:
             base.replace(**{name: value})
@@ -183,10 +188,11 @@ def parse_sweep(spec: str, base: Config) -> Sweep:
 
 def int_list(spec: str, flag: str, minimum: int, what: str) -> list[int]:
     """``--seeds`` and ``--device-counts``: a comma list of distinct integers, each at least ``minimum``."""
+    items = comma_list(spec, flag)
     try:
-        values = [int(x) for x in comma_list(spec)]
+        values = [int(x) for x in items]
     except ValueError:
         raise ConfigError(f"{flag} takes a comma list of integers, got {spec!r}") from None
-    if not values or min(values) < minimum or len(set(values)) != len(values):
+    if min(values) < minimum or len(set(values)) != len(values):
         raise ConfigError(f"{flag} takes distinct {what} integers, got {spec!r}")
     return values

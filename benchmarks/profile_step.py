@@ -6,7 +6,6 @@ Builds the twin as ``jax_impl.train`` does, warms it up, traces ``--steps`` trai
 (XLA:CPU's fusions and library calls: ``ynn_fusion`` is a matmul on YNNPACK), its calls per step, and the share of
 the step. Ops of one step may run side by side on the CPU's threads, so the column can sum to more than the step.
 """
-import argparse
 import gzip
 import itertools
 import json
@@ -16,13 +15,17 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from jax_impl import xla_env
+from common import interrupts
+
+interrupts.exit_on_ctrl_c(__name__)  # first: Ctrl-C while the imports below load is one line and exit 130
+
+from jax_impl import xla_env  # noqa: E402
 
 xla_env.configure()  # before JAX's backend starts
 
 import jax  # noqa: E402
 
-from common.config import parse_config  # noqa: E402
+from common.config import Parser, config_from_namespace, field_names, int_at_least, make_parser  # noqa: E402
 from common.errors import cli_main  # noqa: E402
 from common.loop import load_run, train_steps  # noqa: E402
 from jax_impl.train import twin_maker  # noqa: E402
@@ -30,20 +33,30 @@ from jax_impl.train import twin_maker  # noqa: E402
 PROG = "python -m benchmarks.profile_step"
 # Host-side frames and waits that enclose the ops rather than being ops.
 ENCLOSING = ("ThunkExecutor", "PjitFunction", "PjRt", "$", "np.asarray", "SlinkyThreadPool", "Execute")
+WARMUP_STEPS = 3  # compile and warm up, untraced
+# Config flags this command does not act on (it runs --steps steps, logs nothing and writes no file), refused as
+# unknown arguments rather than accepted and ignored. --init-from stays: the steps run from its weights and vocabulary.
+NOT_HONOURED = ("epochs", "max_steps", "log_every", "progress",
+                *(name for name in field_names("files") if name != "init_from"))
+
+
+def build_parser() -> Parser:
+    parser = make_parser(PROG, __doc__.split("\n\n")[0], exclude=NOT_HONOURED)
+    parser.add_argument_group("profile").add_argument(
+        "--steps", type=int_at_least(1), default=3,
+        help=f"training steps traced, after {WARMUP_STEPS} untraced ones that compile and warm up")
+    return parser
 
 
 @cli_main
-def main(argv: list[str]) -> int:
-    own = argparse.ArgumentParser(add_help=False)
-    own.add_argument("--steps", type=int, default=3)  # traced training steps
-    ns, rest = own.parse_known_args(argv)
-    steps = max(1, ns.steps)
-    cfg = parse_config([*rest, "--no-progress"], PROG, __doc__.split("\n\n")[0])
-    cfg, data, params = load_run(cfg)  # as jax_impl.train loads them
+def main(argv: list[str] | None = None) -> int:
+    ns = build_parser().parse_args(argv)
+    cfg, data, params = load_run(config_from_namespace(ns))  # as jax_impl.train loads them
+    steps = ns.steps
     with twin_maker(cfg) as make_twin, tempfile.TemporaryDirectory() as trace:
         twin = make_twin(cfg, len(data.vocab))
         run = train_steps(twin, twin.init_state(params), data.train, cfg)
-        for _ in itertools.islice(run, 3):  # compile and warm up
+        for _ in itertools.islice(run, WARMUP_STEPS):
             pass
         jax.profiler.start_trace(trace, create_perfetto_trace=True)
         start = time.perf_counter()
@@ -67,4 +80,4 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    interrupts.exit_process(main(sys.argv[1:]))

@@ -28,6 +28,14 @@ SCALING = ("At a fixed global batch, torch runs N DDP ranks (gloo on a CPU, the 
            "this measures the overhead of data parallelism, not a speed-up.")
 
 
+def corpus(config: dict) -> str:
+    """The corpus a run's config read: the --pos and --neg files when given (--data then keeps its default), else
+    --data."""
+    if config.get("pos"):
+        return f"{config['pos']} (positive) and {config['neg']} (negative)"
+    return config["data"]
+
+
 def base_rows(doc: dict) -> list[dict]:
     """The base configuration's rows that ran, grouped by tier (in TIERS' order), in the run's order within one."""
     rows = [r for r in doc["results"] if r["sweep"] is None and r["step_s"]]
@@ -125,7 +133,7 @@ def render(doc: dict, charts: Sequence[str] = (), markdown: bool = False) -> str
     items = lambda lines: [("- " if markdown else "") + x for x in lines]  # noqa: E731
     out = (["# LSTM twins benchmark", ""] if markdown else []) + [
         f"config: B {c['batch_size']}, T {c['seq_len']}, E {c['embed_dim']}, H {c['hidden_dim']}, L {c['layers']}, "
-        f"V {doc['vocab_size']}, {c['dtype']}, corpus {c['data']}; {s['replicates']} worker processes per variant, "
+        f"V {doc['vocab_size']}, {c['dtype']}, corpus {corpus(c)}; {s['replicates']} worker processes per variant, "
         f"{s['rounds']} paired rounds per step kind of {s['steps']} training, {s['eval_steps']} evaluation and "
         f"{s['parts_steps']} part-timed training steps per process, after the first step (reported apart) and "
         f"{s['warmup']} warm-up steps"

@@ -9,9 +9,13 @@ masks are checked bit for bit.
 import sys
 import time
 
-import numpy as np
+from common import interrupts
 
-from jax_impl import xla_env
+interrupts.exit_on_ctrl_c(__name__)  # first: Ctrl-C while the imports below load is one line and exit 130
+
+import numpy as np  # noqa: E402
+
+from jax_impl import xla_env  # noqa: E402
 
 xla_env.configure()  # before JAX's backend starts
 
@@ -69,4 +73,4 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    interrupts.exit_process(main(sys.argv[1:]))

@@ -159,11 +159,16 @@ ROW_TYPES = {"framework": str, "variant": str, "step": str, "sweep": (dict, type
 COMPARISON_TYPES = {"variant": str, "step": str, "sweep": (dict, type(None)), "ratio": (int, float), "ci95": list}
 
 
+def results_path(spec: str) -> Path:
+    """The results.json a run is named by: a results directory or the file itself."""
+    return Path(spec) / "results.json" if Path(spec).is_dir() else Path(spec)
+
+
 def read_run(spec: str, command: str = "compare") -> dict:
-    """A results directory or its results.json → the document, checked: this schema version, and every row and
-    comparison with the fields ``compare`` and ``coverage`` read. Anything else is one :class:`ConfigError` naming
-    the ``command``, the file (and the row and field)."""
-    path = Path(spec) / "results.json" if Path(spec).is_dir() else Path(spec)
+    """A results directory or its results.json → the document, checked: this schema version, at least one row, and
+    every row and comparison with the fields ``compare`` and ``coverage`` read. Anything else is one
+    :class:`ConfigError` naming the ``command``, the file (and the row and field)."""
+    path = results_path(spec)
     try:
         doc = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
@@ -191,4 +196,6 @@ def read_run(spec: str, command: str = "compare") -> dict:
         number(r["step_s"].get("median")) and r["step_s"]["median"] > 0)))
     check("comparisons", COMPARISON_TYPES, lambda c: ("ci95 is not [low, high]", len(c["ci95"]) == 2 and all(
         number(x) for x in c["ci95"])))
+    if not doc["results"]:
+        raise ConfigError(f"{command}: {path}: holds no results (a run in which nothing was measured)")
     return doc

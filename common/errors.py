@@ -1,8 +1,11 @@
 """Errors a user can cause, and the one place they become a message: every command line (train, predict,
-common.data, bench) wraps its ``main`` in :func:`cli_main`, so a :class:`UserError` is one line, never a traceback."""
+common.data, bench) wraps its ``main`` in :func:`cli_main`, so a :class:`UserError` or a Ctrl-C is one line, never a
+traceback."""
 import functools
 import sys
 from typing import Callable
+
+from common import interrupts
 
 
 class UserError(Exception):
@@ -27,17 +30,19 @@ class CheckpointError(UserError):
 
 
 def cli_main(main: Callable[..., int | None]) -> Callable[..., int]:
-    """Run ``main``; print a :class:`UserError` as ``error: ...`` on stderr and return 2 (Ctrl-C: its message, and
-    130)."""
+    """Run ``main`` with Ctrl-C handled (:func:`common.interrupts.handled`: a ``KeyboardInterrupt``, never dropped,
+    and raised after a save, not inside it); print a :class:`UserError` as ``error: ...`` on stderr and return 2
+    (Ctrl-C: its message, and 130)."""
     @functools.wraps(main)
     def wrapped(*args, **kwargs) -> int:
         try:
-            return main(*args, **kwargs) or 0
+            with interrupts.handled():
+                return main(*args, **kwargs) or 0
         except UserError as err:
             print(f"error: {err}", file=sys.stderr)
             return 2
-        except KeyboardInterrupt as err:  # the training loop's says where to resume (common.interrupts)
-            print(str(err) or "interrupted", file=sys.stderr)
-            return 130
+        except KeyboardInterrupt as err:  # the training loop's says where to resume
+            interrupts.say(str(err) or "interrupted")
+            return interrupts.INTERRUPTED
 
     return wrapped

@@ -1,5 +1,6 @@
-"""File helpers both twins share: writability and overwrite checks, atomic directory and file writes, JSON, and the
-checksum manifest of a checkpoint (safetensors and Orbax's array data carry no checksum of their own)."""
+"""File helpers both twins share: the one check of a command's outputs before any work, atomic directory and file
+writes (with the modes an ordinary write gets), JSON, and the checksum manifest of a checkpoint (safetensors and
+Orbax's array data carry no checksum of their own)."""
 import hashlib
 import json
 import os
@@ -7,32 +8,143 @@ import re
 import shutil
 import tempfile
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Sequence
 
+from common import interrupts
 from common.errors import CheckpointError, ConfigError
 
 CHECKSUM_FILE = "checksums.sha256"  # lines "SHA256  BYTES  RELATIVE/PATH", one per other file of the directory
 
 
-def check_writable(directory: Path, what: str) -> None:
-    """Fail before training, in one line, rather than after the first epoch."""
-    if directory.exists() and not directory.is_dir():
-        raise ConfigError(f"{what} {directory}: exists and is not a directory")
-    parent = directory if directory.is_dir() else directory.parent
+def _every_path(relative: Path) -> bool:
+    return True
+
+
+@dataclass(frozen=True)
+class Output:
+    """A path a command writes, or (``read``) one it reads that a save could destroy: what :func:`check_outputs`
+    checks before any work."""
+
+    name: str  # how messages call it: its flag (--save-dir)
+    path: Path
+    directory: bool  # a directory (else a file)
+    contents: str  # what it holds, for what a clash would lose ("the metrics log")
+    replaced: str = ""  # how a save replaces what lies inside it ("which each save replaces whole"); "": it does not
+    replaces: Callable[[Path], bool] = _every_path  # which paths (relative to it, "." itself) a save replaces
+    held: Callable[[Path], str | None] | None = None  # given the existing output, the refusal of what writing would
+    # lose without --overwrite (None: nothing); unset, a file that is not empty is refused, the message ending in hint
+    hint: str = ""
+    read: bool = False
+
+
+def _nearest_existing(path: Path) -> Path:
+    return next(p for p in (path, *path.parents) if p.exists())
+
+
+def _check_place(out: Output) -> None:
+    """Refuse an output of the wrong kind, or one that cannot be made and written: a temporary file is made in the
+    output directory, or in the nearest folder that exists above it (nothing is created for good)."""
+    path = out.path
+    if out.directory and path.exists() and not path.is_dir():  # (a path under a file does not exist)
+        raise ConfigError(f"{out.name} {path}: exists and is not a directory")
+    if not out.directory and path.is_dir():
+        raise ConfigError(f"{out.name} {path}: is a directory")
+    where = _nearest_existing((path if out.directory else path.parent).absolute())
+    if not where.is_dir():
+        raise ConfigError(f"{out.name} {path}: cannot write there ({where} is a file)")
     try:
-        parent.mkdir(parents=True, exist_ok=True)
-        tempfile.TemporaryFile(dir=parent).close()
+        tempfile.TemporaryFile(dir=where).close()
     except OSError as err:
-        raise ConfigError(f"{what} {directory}: cannot write there ({err.strerror})") from None
+        raise ConfigError(f"{out.name} {path}: cannot write there ({err.strerror})") from None
+
+
+def _held(out: Output) -> str | None:
+    if out.held is not None:
+        return out.held(out.path) if out.path.exists() else None
+    if not out.directory and out.path.is_file() and out.path.stat().st_size:
+        return f"{out.name} {out.path}: exists; pass --overwrite to replace it{out.hint}"
+    return None
+
+
+def _relation(inner: Output, outer: Output) -> tuple[str, Path] | None:
+    """``("is the same path as" | "is inside", inner's path relative to outer's)``, both resolved, or None."""
+    a, b = inner.path.resolve(), outer.path.resolve()
+    if a != b and b not in a.parents:
+        return None
+    return "is the same path as" if a == b else "is inside", a.relative_to(b)
+
+
+def _lost(inner: Output, outer: Output, overwrite: bool) -> str | None:
+    """The refusal of ``inner`` lying where a save of ``outer`` replaces it (an input: unless ``overwrite``)."""
+    relation = _relation(inner, outer)
+    if relation is None or not outer.replaced or not outer.replaces(relation[1]) or (inner.read and overwrite):
+        return None
+    return (f"{inner.name} {inner.path} {relation[0]} {outer.name} {outer.path}, {outer.replaced}: {inner.contents} "
+            f"would be lost; give each its own path" + (", or pass --overwrite" if inner.read else ""))
+
+
+def _overlap(inner: Output, outer: Output) -> str | None:
+    """The refusal of two outputs on one path, or of one inside a file output."""
+    relation = _relation(inner, outer)
+    if relation is None or inner.read:
+        return None
+    said = f"{inner.name} {inner.path} {relation[0]} {outer.name} {outer.path}"
+    if relation[1] == Path("."):
+        return f"{said}: both would write it; give each its own path"
+    return None if outer.directory else f"{said}, a file; give each its own path"
+
+
+def check_outputs(outputs: Sequence[Output], overwrite: bool) -> None:
+    """Refuse, in one line (:class:`ConfigError`), before any work: an output of the wrong kind (a directory given
+    for a file, or a file for a directory) or one that cannot be made and written; an output a save replaces that
+    holds the working directory (``--save-dir .``); an output inside, or the same as,
+    another whose save replaces it (and an input there, unless ``overwrite``), two outputs on one path, a path inside
+    a file output; then an existing output holding what writing it would lose, unless ``overwrite``."""
+    written = [out for out in outputs if not out.read]
+    for out in written:
+        _check_place(out)
+    # The directory the command runs in, or one above it, renamed away by a save: refused even with --overwrite.
+    here = Output("the working directory", Path.cwd(), directory=True, contents="the directory this command runs in")
+    for outer in written:
+        if why := _lost(here, outer, overwrite=False):
+            raise ConfigError(why)
+    for clash in (lambda inner, outer: _lost(inner, outer, overwrite), _overlap):  # what would be lost says most
+        for inner in outputs:
+            for outer in written:
+                if inner is not outer and (why := clash(inner, outer)):
+                    raise ConfigError(why)
+    for out in written if not overwrite else ():
+        if why := _held(out):
+            raise ConfigError(why)
 
 
 def check_new_file(path: Path, what: str, overwrite: bool, hint: str = "") -> None:
-    """Refuse, in one line, an output file that is a directory, or that holds something and ``overwrite`` is off."""
-    if path.is_dir():
-        raise ConfigError(f"{what} {path}: is a directory")
-    if not overwrite and path.is_file() and path.stat().st_size:
-        raise ConfigError(f"{what} {path}: exists; pass --overwrite to replace it{hint}")
+    """:func:`check_outputs` of one file output named ``what``; ``hint`` ends the refusal of an existing one."""
+    check_outputs([Output(what, Path(path), directory=False, contents="the file", hint=hint)], overwrite)
+
+
+def _umask() -> int:
+    """The process's umask: read from the kernel where it says (Linux), else set and put back at once."""
+    try:
+        status = Path("/proc/self/status").read_text(encoding="ascii")
+        return int(re.search(r"^Umask:\s*([0-7]+)$", status, re.MULTILINE)[1], 8)
+    except (OSError, TypeError):
+        mask = os.umask(0o022)
+        os.umask(mask)
+        return mask
+
+
+def ordinary_modes(*paths: Path) -> None:
+    """Give ``paths`` (and everything below a directory among them) the modes a plain ``open``/``mkdir`` gives under
+    the umask (0644 and 0755 under 022): safetensors writes 0600 files and ``mkdtemp`` 0700 directories, which would
+    keep a shared checkpoint from anyone but its writer."""
+    mask = _umask()
+    for top in paths:
+        for path in (top, *sorted(top.rglob("*"))) if top.is_dir() else (top,):
+            if not path.is_symlink():
+                path.chmod((0o777 if path.is_dir() else 0o666) & ~mask)
 
 
 def fsync(*paths: Path) -> None:
@@ -47,8 +159,9 @@ def fsync(*paths: Path) -> None:
 
 @contextmanager
 def atomic_dir(final: Path, what: str) -> Iterator[Path]:
-    """Yield a temporary directory beside ``final`` to fill, then fsync it and rename it to ``final`` (an existing one
-    moved aside first, removed last): a kill at any moment leaves the old or the new ``final`` and dot-named debris."""
+    """Yield a temporary directory beside ``final`` to fill, then give it the umask's ordinary modes, fsync it and
+    rename it to ``final`` (an existing one moved aside first, removed last): a kill at any moment leaves the old or
+    the new ``final`` and dot-named debris."""
     try:
         final.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.tmp-", dir=final.parent))
@@ -57,27 +170,32 @@ def atomic_dir(final: Path, what: str) -> Iterator[Path]:
     old = final.parent / f".{final.name}.old-{os.getpid()}"
     try:
         yield tmp
+        ordinary_modes(tmp)
         fsync(*tmp.iterdir(), tmp)
-        if final.exists():
-            os.replace(final, old)
-        os.replace(tmp, final)
-        fsync(final.parent)
+        with interrupts.deferred():  # a Ctrl-C between the two renames would leave no ``final`` at all
+            if final.exists():
+                os.replace(final, old)
+            os.replace(tmp, final)
+            fsync(final.parent)
+            shutil.rmtree(old, ignore_errors=True)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    shutil.rmtree(old, ignore_errors=True)
 
 
 def atomic_files(writes: dict[Path, Callable[[Path], None]]) -> None:
-    """Each ``write(a temporary path beside its path)``, fsynced, then all renamed into place: a failure in any leaves
-    every path as it was, never a half-written file (the temporary ones are removed)."""
+    """Each ``write(a temporary path beside its path)``, given the umask's ordinary mode and fsynced, then all renamed
+    into place: a failure in any leaves every path as it was, never a half-written file (the temporary ones are
+    removed)."""
     tmps = {path: path.with_name(f"{path.name}.tmp") for path in writes}  # the manifest's own stays outside it by name
     try:
         for path, write in writes.items():
             write(tmps[path])
+            ordinary_modes(tmps[path])
             fsync(tmps[path])
-        for path, tmp in tmps.items():
-            os.replace(tmp, path)
+        with interrupts.deferred():  # all renamed, or (a failure) none left half-done by a Ctrl-C
+            for path, tmp in tmps.items():
+                os.replace(tmp, path)
     except BaseException:
         for tmp in tmps.values():
             tmp.unlink(missing_ok=True)

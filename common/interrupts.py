@@ -1,24 +1,94 @@
-"""Ctrl-C during training: one line and exit status 130, whatever the run was doing, never a traceback, never lost.
+"""Ctrl-C at any moment of any command line: one line on stderr and exit status 130, never a traceback, never lost.
 
-Python raises ``KeyboardInterrupt`` wherever the main thread is when SIGINT arrives. Two places make that wrong: inside
-a garbage-collection callback or a ``__del__`` (JAX runs one at every collection) Python prints the exception as
-"ignored" and drops it, and inside a save it would leave a checkpoint half-written (or Orbax's threads mid-write).
-While :func:`handled` is open a SIGINT is remembered and raises at once, except in those places: there it raises at
-the next :func:`check` (the loop calls it at every step and evaluation batch) or when the :func:`deferred` block
-ends. The exception's message is :data:`describe`'s answer, for ``cli_main`` to print; the trainers then leave
-through :func:`exit_process`.
+Two handlers share the work, and neither needs more than the standard library (this module is imported first).
+
+- From its first lines, before its heavy imports (jax, torch: seconds), a command line calls :func:`exit_on_ctrl_c`.
+  Outside :func:`handled`, a SIGINT then writes one line and ends the process at once, with ``os._exit``. That is the
+  one safe answer there: Python raises ``KeyboardInterrupt`` wherever the main thread is, so that an import half done
+  becomes a traceback (or an ``ImportError``), and one raised in a garbage-collection callback (JAX runs one at every
+  collection) is dropped ("Exception ignored in ..."), the interrupt lost. And it is safe: outside ``handled()`` the
+  program is loading or tearing down, and writes nothing of its own.
+- Inside :func:`handled` (``common.errors.cli_main`` opens it around every ``main``; the training loop, around the
+  run), Python's way is kept, so that ``finally`` blocks run (a benchmark stops its workers, the loop closes its
+  metrics): a SIGINT raises ``KeyboardInterrupt`` with :data:`describe`'s message, for ``cli_main`` to print. Except
+  where the exception would be dropped or would cut a write in two: inside a garbage-collection callback or a
+  ``__del__``, and inside :func:`deferred` (a save), the SIGINT is remembered and raises at the next :func:`check` (the
+  loop calls it at every step and evaluation batch, ``handled()`` when it opens and closes) or when the ``deferred()``
+  block ends. One that Python drops all the same (a weakref callback) is remembered through ``sys.unraisablehook``.
+
+A SIGINT that arrives while the main thread runs native code (an XLA compilation, a long kernel) takes effect when
+control returns to the interpreter: Python runs signal handlers only between its own instructions. Programs then leave
+through :func:`exit_process`, which skips the interpreter's finalisation after an interrupt.
 """
+import functools
 import gc
 import os
 import signal
 import sys
 import threading
 from contextlib import contextmanager
-from typing import Callable, Iterator, NoReturn
+from typing import Any, Callable, Iterator, NoReturn
+
+INTERRUPTED = 130  # a shell's status for a process ended by SIGINT (128 + 2)
+STARTING = "interrupted while starting; nothing was written"  # before any handled() block: imports and set-up only
 
 describe: Callable[[], str] = lambda: "interrupted"  # the loop's: "interrupted at step N; resume with ..."
-_pending = False
+_pending = False  # a SIGINT whose KeyboardInterrupt is still to be raised
 _deferring = 0
+_started = False  # a handled() block has taken over from exit_on_ctrl_c's handler: STARTING is no longer true
+_said = False  # the interrupt's line is written: a further SIGINT ends the process without another
+
+
+def exit_on_ctrl_c(module_name: str) -> None:
+    """Called with its ``__name__`` by every command line, first: where it runs as a program (``__main__``), a SIGINT
+    from now on ends the process at once with one line and status 130, outside :func:`handled`. Importing the module
+    (a test does) changes nothing; nor does a SIGINT ignored (a shell's background job) or handled by the caller."""
+    if module_name == "__main__" and _may_handle_sigint():
+        signal.signal(signal.SIGINT, _exit_at_once)
+
+
+def _may_handle_sigint() -> bool:
+    """In the main thread (the one Python runs handlers in), with SIGINT at Python's default or ours, not ignored."""
+    return (threading.current_thread() is threading.main_thread()
+            and signal.getsignal(signal.SIGINT) in (signal.default_int_handler, _exit_at_once))
+
+
+def _exit_at_once(signum, frame) -> None:
+    global _said
+    if not _said:
+        _said = True
+        # A KeyboardInterrupt already on its way from handled() to cli_main (a second Ctrl-C) says more.
+        in_flight = sys.exc_info()[1]
+        _write_line(str(in_flight) if isinstance(in_flight, KeyboardInterrupt) and str(in_flight)
+                    else "interrupted" if _started else STARTING)
+    _flush_output()
+    os._exit(INTERRUPTED)  # no finalisation: nothing of the program's is mid-write here (see the module's docstring)
+
+
+def _write_line(message: str) -> None:
+    """``message`` on stderr, after what the program wrote; straight to the file descriptor, since the signal may have
+    arrived inside a write to ``sys.stderr`` itself (which then refuses a second, reentrant one)."""
+    _flush_output()
+    try:
+        os.write(2, f"{message}\n".encode(errors="replace"))
+    except OSError:  # stderr closed: nowhere to say it
+        pass
+
+
+def _flush_output() -> None:
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError, RuntimeError, AttributeError):  # a broken pipe, closed, reentrant, or None
+            pass
+
+
+def say(message: str) -> None:
+    """Write the interrupt's one line on stderr (``cli_main`` does, for the ``KeyboardInterrupt`` it caught); a further
+    SIGINT then ends the process without a second line."""
+    global _said
+    _said = True
+    print(message, file=sys.stderr, flush=True)
 
 
 def _in_finalizer(frame) -> bool:
@@ -33,9 +103,20 @@ def _in_finalizer(frame) -> bool:
 
 def _on_sigint(signum, frame) -> None:
     global _pending
-    _pending = True
-    if not _deferring and not _in_finalizer(frame):
+    if _deferring or _in_finalizer(frame):
+        _pending = True
+    else:
         raise KeyboardInterrupt(describe())
+
+
+def _remember_dropped(hook: Callable[[Any], None], unraisable: Any) -> None:
+    """``sys.unraisablehook`` inside :func:`handled`: a ``KeyboardInterrupt`` that Python drops (one raised in a
+    finalizer :func:`_in_finalizer` cannot see) raises at the next :func:`check`; anything else goes to ``hook``."""
+    global _pending
+    if isinstance(unraisable.exc_value, KeyboardInterrupt):
+        _pending = True
+    else:
+        hook(unraisable)
 
 
 def check() -> None:
@@ -48,7 +129,8 @@ def check() -> None:
 
 @contextmanager
 def deferred() -> Iterator[None]:
-    """A SIGINT arriving inside the block raises when it ends: what the block writes is written whole."""
+    """Inside :func:`handled`: a SIGINT arriving inside the block raises when it ends, so what the block writes is
+    written whole. (Outside ``handled()`` a program is only loading or tearing down: it ends at once.)"""
     global _deferring
     _deferring += 1
     try:
@@ -61,29 +143,32 @@ def deferred() -> Iterator[None]:
 
 @contextmanager
 def handled() -> Iterator[None]:
-    """SIGINT handled as above inside the block, where Python's own handling is in force (the main thread, SIGINT
-    not ignored, as it is for a shell's background job, nor handled by the caller)."""
-    global _pending, describe
-    ours = (threading.current_thread() is threading.main_thread()
-            and signal.getsignal(signal.SIGINT) is signal.default_int_handler)
-    before, _pending = describe, False
-    if ours:
+    """SIGINT handled as above inside the block, where Python's own handling or :func:`exit_on_ctrl_c`'s is in force
+    (the main thread, SIGINT not ignored, as it is for a shell's background job, nor handled by the caller); when it
+    closes, that handling is back. Nested, the block only raises a remembered SIGINT as it opens and closes."""
+    global _pending, _started, describe
+    before, takes_over = signal.getsignal(signal.SIGINT), _may_handle_sigint()
+    described, unraisablehook = describe, sys.unraisablehook
+    if takes_over:
+        _pending, _started = False, _started or before is _exit_at_once
         signal.signal(signal.SIGINT, _on_sigint)
+        sys.unraisablehook = functools.partial(_remember_dropped, unraisablehook)
     try:
+        check()  # one an enclosing block remembered: now, not after this block's work
         yield
         check()  # one that arrived where nothing checked after it
     finally:
-        if ours:
-            signal.signal(signal.SIGINT, signal.default_int_handler)
-        describe = before
+        if takes_over:
+            signal.signal(signal.SIGINT, before)
+            sys.unraisablehook = unraisablehook
+        describe = described
 
 
 def exit_process(status: int) -> NoReturn:
     """``sys.exit(status)``, but after Ctrl-C (130) without Python's finalisation: a framework may still be at work in
     threads of its own on what the interrupt cut short (XLA's compiler is), and tearing the interpreter down under
     them crashes it. What the run saved is complete by then: saves finish before the interrupt is raised."""
-    if status == 130:
-        sys.stdout.flush()
-        sys.stderr.flush()
+    if status == INTERRUPTED:
+        _flush_output()
         os._exit(status)
     sys.exit(status)

@@ -22,14 +22,14 @@ from tqdm import tqdm
 
 from common import interrupts
 from common.batches import Batch, batches, num_train_batches
-from common.checkpoint import check_save_dir, load_checkpoint, save_checkpoint
+from common.checkpoint import check_save_dir, load_checkpoint, save_checkpoint, save_dir_held
 from common.config import Config
 from common.data import Dataset, EncodedSplit, prepare_data, read_line
-from common.errors import DataError, UserError
-from common.files import check_new_file, check_writable
+from common.errors import ConfigError, DataError, UserError
+from common.files import Output, check_outputs
 from common.metrics import MetricsLog, log_line
 from common.params import Params, init_params
-from common.runstate import Progress, checkpoint_root, claim_run_dir, load_latest, trajectory_settings
+from common.runstate import PREFIX, Progress, checkpoint_root, claim_run_dir, load_latest, trajectory_settings
 
 
 class NonFiniteError(UserError):
@@ -118,11 +118,13 @@ def train_steps(twin: Twin, state: Any, split: EncodedSplit, cfg: Config, start:
             yield TrainStep(number, epoch, index, index + 1 == per_epoch, state, carry, loss, time.perf_counter() - tic)
 
 
-def load_run(cfg: Config) -> tuple[Config, Dataset, Params]:
+def load_run(cfg: Config, before_data: Callable[[Config], None] = lambda cfg: None) -> tuple[Config, Dataset, Params]:
     """``(cfg, data, initial neutral params)``: from --init-from (its weights, vocabulary and tokenizer, and
-    its model settings in ``cfg``) or the shared seeded initialisation. A training split of one class is refused."""
+    its model settings in ``cfg``) or the shared seeded initialisation. ``before_data(cfg)`` runs once ``cfg`` is
+    complete, before the corpus is read. A training split of one class is refused."""
     ckpt = load_checkpoint(cfg.init_from, cfg) if cfg.init_from else None
     cfg = ckpt.config if ckpt else cfg
+    before_data(cfg)
     data = prepare_data(cfg, *((ckpt.vocab, ckpt.tokenizer) if ckpt else ()))
     positive = int(data.train.labels.sum())
     if positive in (0, len(data.train)):
@@ -131,6 +133,53 @@ def load_run(cfg: Config) -> tuple[Config, Dataset, Params]:
     if ckpt:
         return cfg, data, ckpt.params
     return cfg, data, init_params(len(data.vocab), cfg.embed_dim, cfg.hidden_dim, cfg.layers, seed=cfg.seed)
+
+
+def _in_a_step_dir(relative: Path) -> bool:
+    """A path below a training checkpoint directory that its pruning removes: a step directory, or the debris of
+    one (a temporary or a moved-aside one)."""
+    return bool(relative.parts) and relative.parts[0].lstrip(".").startswith(PREFIX)
+
+
+def _another_runs(cfg: Config) -> Callable[[Path], str | None]:
+    """The refusal of a checkpoint directory holding another run's training checkpoints (claim_run_dir's rule; told
+    not to overwrite, it only refuses)."""
+    def held(root: Path) -> str | None:
+        try:
+            claim_run_dir(root, cfg.replace(overwrite=False))
+        except ConfigError as err:
+            return str(err)
+        return None
+    return held
+
+
+def run_outputs(cfg: Config) -> list[Output]:
+    """What a training run writes, for :func:`common.files.check_outputs`: --save-dir (each save replaces the whole
+    directory), --metrics-out, the training checkpoints (each save prunes the older step directories), and the
+    checkpoints it reads, --resume and --init-from, which a save could replace."""
+    outputs = []
+    if cfg.save_dir:
+        outputs.append(Output("--save-dir", Path(cfg.save_dir), True, "the neutral checkpoint",
+                              replaced="which each save replaces whole", held=lambda path: save_dir_held(path, cfg)))
+    if cfg.metrics_out:
+        outputs.append(Output("--metrics-out", Path(cfg.metrics_out), False, "the metrics log",
+                              held=(lambda path: None) if cfg.resume else None,  # a resumed run goes on with its own
+                              hint=", or --resume the run that wrote it"))
+    root = cfg.checkpoint_dir or cfg.resume
+    if cfg.checkpoint_every and root:
+        outputs.append(Output("--checkpoint-dir" if cfg.checkpoint_dir else "--resume", Path(root), True,
+                              "the training checkpoints", replaced=f"which prunes its {PREFIX}* directories to the "
+                              f"newest --keep-checkpoints", replaces=_in_a_step_dir, held=_another_runs(cfg)))
+    elif cfg.checkpoint_every:  # a new directory named after the twin, known once it is built: where it is made
+        outputs.append(Output("--checkpoint-dir (default)", checkpoint_root(cfg, "").parent, True,
+                              "the training checkpoints"))
+    if cfg.resume and (cfg.checkpoint_dir or not cfg.checkpoint_every):  # read only, not written to
+        outputs.append(Output("--resume", Path(cfg.resume), True, "the training checkpoints this run resumes from",
+                              read=True))
+    if cfg.init_from:
+        outputs.append(Output("--init-from", Path(cfg.init_from), True, "the checkpoint this run starts from",
+                              read=True))
+    return outputs
 
 
 def evaluate(twin: Twin, state: Any, split: EncodedSplit, batch_size: int) -> tuple[float, float]:
@@ -158,20 +207,17 @@ def _train(cfg: Config, make_twin: Callable[[Config, int], Twin]) -> dict[str, A
     step, resumable = None, cfg.resume  # resumable: where the newest complete training checkpoint is
     interrupts.describe = lambda: (f"interrupted {'before training' if step is None else f'at step {step}'}; " + (
         f"resume with --resume {resumable}" if resumable else "no training checkpoint to resume from"))
-    cfg, data, params = load_run(cfg)
+    # Every output checked at once, on every process (they see the same files), before the corpus is read.
+    cfg, data, params = load_run(cfg, before_data=lambda cfg: check_outputs(run_outputs(cfg), cfg.overwrite))
     twin = make_twin(cfg, len(data.vocab))
     is_main = twin.is_main
     if is_main:
         print(read_line(data))
-    if cfg.save_dir and is_main:
-        check_writable(Path(cfg.save_dir), "--save-dir")
+    if cfg.save_dir and is_main:  # the one part known only now: whether the checkpoint there has this vocabulary
         check_save_dir(cfg.save_dir, cfg, data.vocab, cfg.overwrite)
-    if cfg.metrics_out and is_main and not cfg.resume:
-        check_new_file(Path(cfg.metrics_out), "--metrics-out", cfg.overwrite, ", or --resume the run that wrote it")
     run_dir = checkpoint_root(cfg, f"{twin.record['framework']}_impl") if cfg.checkpoint_every else None
     if run_dir is not None and is_main:
-        check_writable(run_dir, "training checkpoints:")
-        claim_run_dir(run_dir, cfg)
+        claim_run_dir(run_dir, cfg)  # another run's: refused above without --overwrite, removed now with it
 
     state, carry = twin.init_state(params), None
     progress = Progress(step=0, epoch=0, batch=0)
@@ -179,7 +225,7 @@ def _train(cfg: Config, make_twin: Callable[[Config, int], Twin]) -> dict[str, A
         with interrupts.deferred():  # Orbax reads in threads of its own
             progress, (state, carry), path = load_latest(
                 cfg.resume, lambda p: twin.restore_state(p, state, twin.init_carry()), cfg=cfg,
-                vocab_size=len(data.vocab), framework=twin.record["framework"])
+                vocab_size=len(data.vocab), framework=twin.record["framework"], lstm_impl_ran=twin.record["lstm_impl"])
         if is_main:
             print(f"resumed from {path} (step {progress.step}, epoch {progress.epoch + 1}, batch {progress.batch})",
                   file=sys.stderr)
@@ -189,7 +235,7 @@ def _train(cfg: Config, make_twin: Callable[[Config, int], Twin]) -> dict[str, A
     per_epoch = num_train_batches(len(data.train), cfg.batch_size)
     total = min(cfg.epochs * per_epoch, cfg.max_steps or math.inf)
     step, skipped, best_val_loss, last_val = progress.step, progress.skipped, progress.best_val_loss, progress.last_val
-    settings = trajectory_settings(cfg, len(data.vocab))
+    settings = trajectory_settings(cfg, len(data.vocab), twin.record["lstm_impl"])
     train_seconds = 0.0
     with interrupts.deferred():  # a resumed run rewrites the file's kept records
         metrics = MetricsLog(cfg.metrics_out if is_main else None,

@@ -23,7 +23,11 @@ CGROUP_LIMITS = ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limi
 def run_bytes(cfg, vocab_size: int, texts: int) -> dict[str, int]:
     """Bytes a run of ``cfg`` needs, by what needs them, for ``vocab_size`` tokens and ``texts`` texts."""
     item = 8 if cfg.dtype == "float64" else 4  # bfloat16 runs keep float32 parameters
-    params = sum(map(math.prod, param_shapes(vocab_size, cfg.embed_dim, cfg.hidden_dim, cfg.layers).values()))
+    # Every layer after the first has the same shapes: counted from one and two layers, so that the estimate
+    # takes no longer for --layers 10**30 (refused) than for 2.
+    one, two = (sum(map(math.prod, param_shapes(vocab_size, cfg.embed_dim, cfg.hidden_dim, layers).values()))
+                for layers in (1, 2))
+    params = one + (cfg.layers - 1) * (two - one)
     per_token = cfg.embed_dim + 6 * cfg.hidden_dim * cfg.layers
     return {"parameters with their gradients and Adam's state": PARAMETER_COPIES * item * params,
             "a batch's activations": ACTIVATION_COPIES * item * cfg.batch_size * cfg.seq_len * per_token,

@@ -6,6 +6,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from common import interrupts
 from common.checkpoint import Checkpoint, load_checkpoint
 from common.config import Config, Parser
 from common.data import encode_texts
@@ -60,6 +61,7 @@ def predict_main(prog: str, resolve_device: Callable, probs: Callable) -> Callab
         args = predict_parser(prog).parse_args(argv)
         device, ckpt = resolve_device(args.device), load_checkpoint(args.checkpoint)
         found = probs(ckpt, args.texts, device)
+        interrupts.check()  # a Ctrl-C remembered while JAX collected garbage: stop before printing, not after
         print(format_predictions(args.texts, found, args.json, unknown_words(ckpt, args.texts)))
         return 0
 

@@ -23,6 +23,7 @@ PROGRESS_FILE = "progress.json"
 # Where each twin's step directories keep the Progress record (JAX's: an Orbax JSON item): it names the writer.
 PROGRESS_FILES = {"torch": Path(PROGRESS_FILE), "jax": Path("progress", "metadata")}
 VOCAB_SIZE = "vocab_size"  # in Progress.settings beside the Config fields
+LSTM_IMPL_RAN = "lstm_impl_ran"  # there too: the implementation the run's --lstm-impl ran (auto resolved)
 TWINS = {"torch": "PyTorch twin (python -m torch_impl.train)", "jax": "JAX twin (python -m jax_impl.train)"}
 
 
@@ -48,11 +49,17 @@ class Progress:
             raise CheckpointError(f"{where}: corrupt ({err})") from None
 
 
-def trajectory_settings(cfg, vocab_size: int | None = None) -> dict:
-    """The Config fields that decide the training trajectory (what a resume must not change), and the size of the
-    vocabulary the data gave (a resume whose data gives another has another model)."""
-    return {name: getattr(cfg, name) for name in field_names(resumable=False)} | (
-        {VOCAB_SIZE: vocab_size} if vocab_size is not None else {})
+def trajectory_settings(cfg, vocab_size: int | None = None, lstm_impl_ran: str | None = None) -> dict:
+    """The Config fields that decide the training trajectory (what a resume must not change), the size of the
+    vocabulary the data gave (a resume whose data gives another has another model), and the LSTM implementation that
+    ran (the twin's record's ``lstm_impl``: what ``--lstm-impl auto`` chose), which a resume compares in place of the
+    flag that chose it."""
+    settings = {name: getattr(cfg, name) for name in field_names(resumable=False)}
+    if vocab_size is not None:
+        settings[VOCAB_SIZE] = vocab_size
+    if lstm_impl_ran is not None:
+        settings[LSTM_IMPL_RAN] = lstm_impl_ran
+    return settings
 
 
 def step_dir(root: str | Path, step: int) -> Path:
@@ -92,6 +99,23 @@ def _setting(name: str, value: Any) -> str:
     return f"a vocabulary of {value}" if name == VOCAB_SIZE else f"--{flag(name)} {value!r}"
 
 
+def _difference(name: str, then: dict, now: dict) -> str | None:
+    """How setting ``name`` of the saved run (``then``, its settings) differs in the resume's (``now``), in words;
+    None where it does not, or where the resume does not know it. Where both record the LSTM implementation that ran,
+    that is compared, not the flag that chose it: a run whose ``--lstm-impl auto`` ran fused resumes under
+    ``--lstm-impl fused``, and one whose auto ran another implementation than the resume would is refused."""
+    if name not in now or name == LSTM_IMPL_RAN:
+        return None
+    if name == "lstm_impl" and LSTM_IMPL_RAN in then and LSTM_IMPL_RAN in now:
+        ran, runs = then[LSTM_IMPL_RAN], now[LSTM_IMPL_RAN]
+        if ran == runs:
+            return None
+        was = repr(ran) if then[name] == ran else f"{then[name]!r} (which ran {ran})"
+        asked = repr(runs) if now[name] == runs else f"{now[name]!r} (which runs {runs} here)"
+        return f"--lstm-impl {was}, not {asked}"
+    return None if now[name] == then[name] else f"{_setting(name, then[name])}, not {now[name]!r}"
+
+
 def check_same_run(path: Path, settings: dict, framework: str | None, root: Path) -> None:
     """Refuse (:class:`ConfigError`, in one line) to resume from the step directory ``path`` a run of the other twin,
     or one trained with other trajectory ``settings`` (each differing one named), reading its progress record only.
@@ -103,8 +127,7 @@ def check_same_run(path: Path, settings: dict, framework: str | None, root: Path
         raise ConfigError(f"--resume {root}: the run was written by the {TWINS[writer]}, whose training checkpoints "
                           f"the {TWINS[framework]} does not read; resume it with that twin")
     saved = read_progress(path, writer).settings or {}
-    differ = [f"{_setting(name, then)}, not {settings[name]!r}" for name, then in saved.items()
-              if name in settings and settings[name] != then]
+    differ = [d for d in (_difference(name, saved, settings) for name in saved) if d]
     if differ:
         if (path / CHECKSUM_FILE).exists():
             verify_manifest(path)  # settings read from a damaged record are no one's: fall back past it
@@ -113,12 +136,13 @@ def check_same_run(path: Path, settings: dict, framework: str | None, root: Path
 
 
 def load_latest(root: str | Path, load: Callable[[Path], tuple[Progress, Any]], cfg=None,
-                vocab_size: int | None = None, framework: str | None = None) -> tuple[Progress, Any, Path]:
+                vocab_size: int | None = None, framework: str | None = None,
+                lstm_impl_ran: str | None = None) -> tuple[Progress, Any, Path]:
     """The newest checkpoint under ``root`` that loads: ``(progress, state, dir)`` from ``load(dir)``. One that
     fails (``CheckpointError``: a file missing, or not matching its checksum) is reported on stderr and the previous
     one tried; with ``cfg``, :func:`check_same_run` refuses, before ``load``, a checkpoint of other trajectory
-    settings (``vocab_size`` among them), or of the twin other than ``framework`` (a :class:`ConfigError`: no
-    fallback)."""
+    settings (``vocab_size`` and ``lstm_impl_ran``, the implementation the resume runs, among them), or of the twin
+    other than ``framework`` (a :class:`ConfigError`: no fallback)."""
     root = Path(root)
     candidates = checkpoint_dirs(root)
     if not candidates:
@@ -126,7 +150,7 @@ def load_latest(root: str | Path, load: Callable[[Path], tuple[Progress, Any]], 
     for _, path in reversed(candidates):
         try:
             if cfg is not None:
-                check_same_run(path, trajectory_settings(cfg, vocab_size), framework, root)
+                check_same_run(path, trajectory_settings(cfg, vocab_size, lstm_impl_ran), framework, root)
             progress, state = load(path)
         except CheckpointError as err:
             print(f"warning: {err}; falling back to the previous checkpoint", file=sys.stderr)

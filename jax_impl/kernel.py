@@ -32,13 +32,13 @@ from jax_impl.numerics import PRECISION, Array, LayerCarry, LayerWeights
 from jax_impl.stacks import Carry
 
 NAME = "lstm_kernel"
-TARGETS = ("lstm_kernel_forward", "lstm_kernel_backward")
+TARGETS = native.FFI_HANDLERS[NAME]  # forward, backward
 VMAP = "sequential"  # under jax.vmap, one call per element: each call already spreads over every core
 
 
 def check_usable(dtype: str, platform: str) -> None:
     """Refuse, in one line, what the kernel cannot compute here: another platform than the CPU, another dtype than
-    float32, or a library that was not built (with the build's reason)."""
+    float32, or a library that cannot run (not built, with the build's reason, or damaged: :func:`native.validated`)."""
     if platform != "cpu":
         raise UnsupportedError(f"--lstm-impl kernel is a CPU kernel; this backend is {platform}")
     if dtype != "float32":
@@ -51,7 +51,7 @@ def check_usable(dtype: str, platform: str) -> None:
 def passed_over_because(dtype: str, platform: str, devices: int) -> str | None:
     """Why ``--lstm-impl auto`` does not run the kernel here, or None where it does: in float32 on one CPU device,
     built, with its AVX-512 tiles, the path measured faster than XLA's fused recurrence at every size swept
-    (``benchmarks/PERFORMANCE.md``)."""
+    (``benchmarks/PERFORMANCE.md``). The library is validated before the AVX-512 question is asked of it."""
     if platform != "cpu":
         return f"it is a CPU kernel, and this backend is {platform}"
     if dtype != "float32":
@@ -67,7 +67,7 @@ def passed_over_because(dtype: str, platform: str, devices: int) -> str | None:
 
 
 def library() -> ctypes.CDLL:
-    lib = native.load(NAME, TARGETS)
+    lib = native.load(NAME)
     lib.lstm_kernel_threads.restype = lib.lstm_kernel_vectorised.restype = ctypes.c_int64
     lib.lstm_kernel_threads.argtypes = [ctypes.c_int64]
     lib.lstm_kernel_tile_gflops.restype = lib.lstm_kernel_team_flush_fraction.restype = ctypes.c_double

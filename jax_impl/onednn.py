@@ -29,8 +29,7 @@ from jax_impl.numerics import Array, LayerCarry, LayerWeights
 from jax_impl.stacks import Carry, layer_by_layer
 
 NAME = "onednn_lstm"
-TARGETS = ("onednn_lstm_forward", "onednn_lstm_backward", "onednn_lstm_forward_bf16", "onednn_lstm_backward_bf16",
-           "onednn_lstm_denormals_flushed")
+TARGETS = native.FFI_HANDLERS[NAME]  # forward, backward, their bfloat16 twins, the denormal probe (last)
 
 
 def target(kind: str, dtype) -> str:
@@ -40,8 +39,8 @@ def target(kind: str, dtype) -> str:
 
 def check_usable(dtype: str, padding: str, platform: str) -> None:
     """Refuse, in one line, what this stack cannot compute here: another platform than the CPU, float64, right
-    padding (sequence lengths), a library that was not built (with the build's reason), or bfloat16 where this CPU's
-    oneDNN refuses a bfloat16 LSTM."""
+    padding (sequence lengths), a library that cannot run (not built, with the build's reason, or damaged:
+    :func:`native.validated`), or bfloat16 where this CPU's oneDNN refuses a bfloat16 LSTM."""
     if platform != "cpu":
         raise UnsupportedError(f"--lstm-impl onednn runs oneDNN's CPU primitive; this backend is {platform}")
     if dtype not in ("float32", "bfloat16"):
@@ -59,7 +58,7 @@ def check_usable(dtype: str, padding: str, platform: str) -> None:
 
 
 def library() -> ctypes.CDLL:
-    lib = native.load(NAME, TARGETS)
+    lib = native.load(NAME)
     for fn in (lib.onednn_lstm_workspace_bytes, lib.onednn_lstm_version, lib.onednn_lstm_threads,
                lib.onednn_lstm_copies):
         fn.restype = ctypes.c_int64

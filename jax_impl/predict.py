@@ -1,17 +1,20 @@
 """``python -m jax_impl.predict CKPT_DIR "text" ... [--json] [--device D]``: P(positive) from a neutral checkpoint."""
-import sys
 from typing import Sequence
 
-import jax
-import numpy as np
+from common import interrupts
 
-from common.checkpoint import Checkpoint
-from common.predict import encode_for, predict_main
-from jax_impl import xla_env
-from jax_impl.convert import to_flax
-from jax_impl.loss import sigmoid
-from jax_impl.model import model_from_config
-from jax_impl.step import resolve_device
+interrupts.exit_on_ctrl_c(__name__)  # first: Ctrl-C while the imports below load is one line and exit 130
+
+import jax  # noqa: E402
+import numpy as np  # noqa: E402
+
+from common.checkpoint import Checkpoint  # noqa: E402
+from common.predict import encode_for, predict_main  # noqa: E402
+from jax_impl import xla_env  # noqa: E402
+from jax_impl.convert import to_flax  # noqa: E402
+from jax_impl.loss import sigmoid  # noqa: E402
+from jax_impl.model import model_from_config  # noqa: E402
+from jax_impl.step import resolve_device  # noqa: E402
 
 
 def predict_probs(ckpt: Checkpoint, texts: Sequence[str], device: jax.Device | None = None) -> np.ndarray:
@@ -31,4 +34,4 @@ def _resolve_device(name: str) -> jax.Device:
 main = predict_main("python -m jax_impl.predict", _resolve_device, predict_probs)
 
 if __name__ == "__main__":
-    sys.exit(main())
+    interrupts.exit_process(main())

@@ -11,23 +11,26 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
-import jax
+from common import interrupts
 
-from common import loop
-from common.config import Config, parse_config
-from common.errors import ConfigError, cli_main
-from common.interrupts import exit_process
-from common.params import Params
-from common.precision import BFLOAT16_RULES
-from common.runstate import Progress
-from jax_impl import kernel, onednn, rng_lowering, xla_env
-from jax_impl.convert import from_flax, to_flax
-from jax_impl.distributed import placement
-from jax_impl.model import auto_lstm_impl, model_from_config, resolve_lstm_impl
-from jax_impl.numerics import param_dtype_for
-from jax_impl.state import load_training_state, save_training_state
-from jax_impl.step import (TrainState, batch_to_device, create_train_state, make_eval_step, make_train_step,
-                           padded_eval_batch, resolve_device, resolve_dtype)
+interrupts.exit_on_ctrl_c(__name__)  # first: Ctrl-C while the imports below load is one line and exit 130
+
+import jax  # noqa: E402
+
+from common import loop  # noqa: E402
+from common.config import Config, parse_config  # noqa: E402
+from common.errors import ConfigError, cli_main  # noqa: E402
+from common.params import Params  # noqa: E402
+from common.precision import BFLOAT16_RULES  # noqa: E402
+from common.runstate import Progress  # noqa: E402
+from jax_impl import kernel, onednn, rng_lowering, xla_env  # noqa: E402
+from jax_impl.convert import from_flax, to_flax  # noqa: E402
+from jax_impl.distributed import placement  # noqa: E402
+from jax_impl.model import auto_lstm_impl, model_from_config, resolve_lstm_impl  # noqa: E402
+from jax_impl.numerics import param_dtype_for  # noqa: E402
+from jax_impl.state import load_training_state, save_training_state  # noqa: E402
+from jax_impl.step import (TrainState, batch_to_device, create_train_state, make_eval_step,  # noqa: E402
+                           make_train_step, padded_eval_batch, resolve_device, resolve_dtype)
 
 PROG = "python -m jax_impl.train"
 
@@ -120,4 +123,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    exit_process(main())
+    interrupts.exit_process(main())

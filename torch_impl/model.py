@@ -59,14 +59,15 @@ def model_from_config(cfg, vocab_size: int) -> SentimentRNN:
 
 
 def load_params(model: nn.Module, params: Params) -> None:
-    """Copy neutral arrays (name → array) into ``model``'s parameters, exactly (cast to the model's dtype)."""
-    state = model.state_dict()
-    missing = [name for name in state if name not in params]
-    unexpected = [name for name in params if name not in state]
+    """Copy neutral arrays (name → array) into ``model``'s parameters, exactly (cast to the model's dtype). The names
+    are ``named_parameters()``'s: the state-dict names, but a tied weight once (the language model's decoder)."""
+    named = dict(model.named_parameters())
+    missing = [name for name in named if name not in params]
+    unexpected = [name for name in params if name not in named]
     if missing or unexpected:
         raise CheckpointError(f"parameters do not fit the model: missing {missing}, unexpected {unexpected}")
     with torch.no_grad():
-        for name, tensor in state.items():
+        for name, tensor in named.items():
             value = torch.from_numpy(np.asarray(params[name]))
             if tuple(value.shape) != tuple(tensor.shape):
                 raise CheckpointError(f"parameter {name!r} has shape {tuple(value.shape)}, "
@@ -75,6 +76,6 @@ def load_params(model: nn.Module, params: Params) -> None:
 
 
 def export_params(model: nn.Module) -> Params:
-    """The model's parameters as neutral float32 numpy arrays (a copy), under the state-dict names."""
+    """The model's parameters as neutral float32 numpy arrays (a copy), under their names (a tied one once)."""
     return {name: tensor.detach().to("cpu", torch.float32).numpy().copy()
-            for name, tensor in model.state_dict().items()}
+            for name, tensor in model.named_parameters()}

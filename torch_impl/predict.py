@@ -1,14 +1,17 @@
 """``python -m torch_impl.predict CKPT_DIR "text" ... [--json] [--device D]``: P(positive) from a saved model."""
-import sys
 from typing import Sequence
 
-import numpy as np
-import torch
+from common import interrupts
 
-from common.checkpoint import Checkpoint
-from common.predict import encode_for, predict_main
-from torch_impl.model import SentimentRNN, load_params, model_from_config
-from torch_impl.numerics import resolve_device, set_numerics
+interrupts.exit_on_ctrl_c(__name__)  # first: Ctrl-C while the imports below load is one line and exit 130
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+from common.checkpoint import Checkpoint  # noqa: E402
+from common.predict import encode_for, predict_main  # noqa: E402
+from torch_impl.model import SentimentRNN, load_params, model_from_config  # noqa: E402
+from torch_impl.numerics import resolve_device, set_numerics  # noqa: E402
 
 
 def model_from_checkpoint(ckpt: Checkpoint, device: torch.device) -> SentimentRNN:
@@ -35,4 +38,4 @@ def predict_probs(ckpt: Checkpoint, texts: Sequence[str], device: torch.device, 
 main = predict_main("python -m torch_impl.predict", resolve_device, predict_probs)
 
 if __name__ == "__main__":
-    sys.exit(main())
+    interrupts.exit_process(main())

@@ -12,22 +12,26 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
-import torch
+from common import interrupts
 
-from common import loop
-from common.batches import Batch
-from common.config import Config, parse_config
-from common.errors import ConfigError, cli_main
-from common.interrupts import exit_process
-from common.params import Params
-from common.precision import BFLOAT16_RULES
-from common.runstate import Progress
-from torch_impl.distributed import (World, check_config, dropout_seed, join_process_group, leave_process_group,
-                                     world_from_environment, wrap)
-from torch_impl.model import Hidden, export_params, load_params, model_from_config
-from torch_impl.state import load_training_state, restore_training_state, save_training_state, write_checkpoint
-from torch_impl.numerics import lstm_kernel, resolve_device, resolve_dtype, set_numerics
-from torch_impl.step import TrainState, eval_step, make_optimizer, train_step
+interrupts.exit_on_ctrl_c(__name__)  # first: Ctrl-C while the imports below load is one line and exit 130
+
+import torch  # noqa: E402
+
+from common import loop  # noqa: E402
+from common.batches import Batch  # noqa: E402
+from common.config import Config, parse_config  # noqa: E402
+from common.errors import ConfigError, cli_main  # noqa: E402
+from common.params import Params  # noqa: E402
+from common.precision import BFLOAT16_RULES  # noqa: E402
+from common.runstate import Progress  # noqa: E402
+from torch_impl.distributed import (World, check_config, dropout_seed, join_process_group,  # noqa: E402
+                                     leave_process_group, world_from_environment, wrap)
+from torch_impl.model import Hidden, export_params, load_params, model_from_config  # noqa: E402
+from torch_impl.state import (load_training_state, restore_training_state, save_training_state,  # noqa: E402
+                              write_checkpoint)
+from torch_impl.numerics import lstm_kernel, resolve_device, resolve_dtype, set_numerics  # noqa: E402
+from torch_impl.step import TrainState, eval_step, make_optimizer, train_step  # noqa: E402
 
 PROG = "python -m torch_impl.train"
 
@@ -151,4 +155,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    exit_process(main())
+    interrupts.exit_process(main())

@@ -19,6 +19,14 @@ from benchmarks.tests.command import BOTH, run_bench
     (["--device", "tpu"], "cpu or gpu"),
     (["--threads", "0"], "--threads must be between 1"),
     (["--no-such-flag"], "unrecognized arguments"),
+    (["--timeout", "nan"], "--timeout must be a finite number of seconds > 0, got nan"),
+    (["--timeout", "inf"], "--timeout must be a finite number of seconds > 0, got inf"),
+    (["--timeout", "-1"], "--timeout must be a finite number of seconds > 0, got -1.0"),
+    (["--frameworks", ""], "--frameworks: empty; give a comma list of values"),
+    (["--frameworks", "torch,"], "--frameworks: an empty value in 'torch,'"),
+    (["--variants", ""], "--variants: empty; give a comma list of values"),
+    (["--device-counts", ""], "--device-counts: empty; give a comma list of values"),
+    (["--sweep", "seq_len=10,,20"], "--sweep seq_len=10,,20: an empty value in '10,,20'"),
 ])
 def test_bad_flags_print_one_line_and_exit_2(argv, message, capsys, tmp_path):
     out = tmp_path / "never"
@@ -161,6 +169,36 @@ def test_out_holding_earlier_results_is_refused_unless_overwrite(tmp_path, capsy
     assert (tmp_path / "results.json").read_text(encoding="utf-8") == "{}"  # untouched
     monkeypatch.setattr(bench, "speed_main", lambda ns, *rest: print(bench.output_dir(ns.out, ns.overwrite)) or 0)
     assert bench.main(["--out", str(tmp_path), "--overwrite"]) == 0
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda d: (d / "f").write_text("mine", encoding="utf-8") and d / "f" / "bench", "is a file)"),
+    (lambda d: "/proc/self/bench", "cannot write there ("),
+    (lambda d: "/proc/self", "cannot write there ("),  # a directory that exists, where no file can be made
+])
+def test_an_out_that_cannot_be_written_is_refused_before_any_worker_starts(make, message, tmp_path, capsys,
+                                                                          monkeypatch):
+    monkeypatch.setattr(bench.harness, "run", lambda *args, **kwargs: pytest.fail("a worker started"))
+    out = make(tmp_path)
+    assert bench.main(["--quick", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: --out {out}: ") and message in err and err.count("\n") == 1
+
+
+def test_convergence_mode_refuses_an_unwritable_out_before_training(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(bench.convergence, "main", lambda *args: pytest.fail("trained before refusing"))
+    (tmp_path / "f").write_text("mine", encoding="utf-8")
+    assert bench.main(["--mode", "convergence", "--out", str(tmp_path / "f" / "conv")]) == 2
+    assert capsys.readouterr().err == (f"error: --out {tmp_path / 'f' / 'conv'}: cannot write there "
+                                       f"({tmp_path / 'f'} is a file)\n")
+
+
+def test_help_states_each_default_once():
+    text = " ".join(bench.build_parser().format_help().split())  # unwrapped
+    own = text[text.index("benchmark:"):]  # the benchmark's options, after the Config's
+    assert "(default 8, with --quick 5) --replicates" in own and "(default: None)" not in own
+    assert "(default: installed) --variants" in text and "timed out (default: 1800.0)" in text
+    assert "(default bench-results/<timestamp>/) --overwrite" in text
 
 
 def test_coverage_needs_three_runs(tmp_path, capsys):

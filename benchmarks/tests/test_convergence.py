@@ -55,6 +55,7 @@ def test_twins_agree_when_their_accuracy_gap_is_within_one_standard_deviation():
 @pytest.mark.parametrize("argv, message", [
     (["--mode", "convergence", "--seeds", "a,b"], "--seeds takes a comma list of integers"),
     (["--mode", "convergence", "--seeds", "1,1"], "--seeds takes distinct non-negative integers"),
+    (["--mode", "convergence", "--seeds", ""], "--seeds: empty; give a comma list of values"),
     (["--mode", "fast"], "invalid choice: 'fast'"),
     (["--mode", "convergence", "--target", "1.5"], "--target is a validation accuracy in (0, 1]"),
     (["--device-counts", "0,2"], "--device-counts takes distinct positive integers"),

@@ -1,10 +1,11 @@
 """The tools that read several saved runs: compare, coverage and the rounds-only intervals, from synthetic documents
 and from the runs checked in under docs/bench."""
+import json
 from pathlib import Path
 
 import pytest
 
-from benchmarks import crossrun, schema
+from benchmarks import bench, crossrun, schema
 from benchmarks.tests.sessions import entry, results_doc, session
 from common.errors import ConfigError
 
@@ -67,3 +68,64 @@ def test_the_checked_in_coverage_runs_hold_92_percent_and_62_percent_with_the_re
         "all: 92 of 100 (92%); ✗: the interval misses it")
     assert crossrun.coverage([crossrun.rounds_only(d) for d in docs], names, markdown=False).splitlines()[-1] == (
         "all: 25 of 40 (62%); ✗: the interval misses it")
+
+
+RUNS = BENCH / "coverage-runs"
+
+
+@pytest.mark.parametrize("runs, same", [
+    (["run1", "run1", "run1"], "the same results.json"),
+    (["run1", "run2", "run1/results.json"], "the same results.json"),
+])
+def test_coverage_refuses_one_run_given_twice(runs, same, capsys):
+    names = [str(RUNS / r) for r in runs]
+    assert bench.main(["coverage", *names]) == 2
+    duplicate = names[2] if runs[2] != "run2" else names[1]
+    assert capsys.readouterr().err == (f"error: coverage: {names[0]} and {duplicate} are one run ({same}); coverage "
+                                       f"needs distinct runs\n")
+
+
+def test_coverage_refuses_a_copy_of_a_run(tmp_path, capsys):
+    (tmp_path / "results.json").write_bytes((RUNS / "run1" / "results.json").read_bytes())
+    names = [str(RUNS / "run1"), str(RUNS / "run2"), str(tmp_path)]
+    assert bench.main(["coverage", *names]) == 2
+    assert capsys.readouterr().err == (f"error: coverage: {names[0]} and {names[2]} are one run (identical results); "
+                                       f"coverage needs distinct runs\n")
+
+
+def test_a_run_with_no_rows_is_refused_in_one_line(tmp_path, capsys):
+    doc = json.loads((RUNS / "run1" / "results.json").read_text(encoding="utf-8"))
+    (tmp_path / "results.json").write_text(json.dumps({**doc, "results": []}), encoding="utf-8")
+    assert bench.main(["coverage", str(RUNS / "run1"), str(RUNS / "run2"), str(tmp_path)]) == 2
+    assert capsys.readouterr().err == (f"error: coverage: {tmp_path / 'results.json'}: holds no results (a run in "
+                                       f"which nothing was measured)\n")
+
+
+def test_comparing_a_run_with_itself_is_allowed_and_said(capsys):
+    assert bench.main(["compare", str(RUNS / "run1"), str(RUNS / "run1" / "results.json")]) == 0
+    out = capsys.readouterr()
+    assert out.err == (f"note: compare: {RUNS / 'run1'} and {RUNS / 'run1' / 'results.json'} are one run (the same "
+                       f"results.json): every ratio is 1.00× by construction\n")
+    assert {line.split()[-1] for line in out.out.splitlines() if line.startswith("jax:")} == {"1.00×"}
+
+
+@pytest.mark.parametrize("command", ["compare", "coverage"])
+def test_an_existing_report_is_refused_before_reading_the_runs_unless_overwrite(command, tmp_path, capsys):
+    report = tmp_path / "report.md"
+    report.write_text("hand-edited\n", encoding="utf-8")
+    runs = [str(RUNS / f"run{i}") for i in (1, 2, 3)][:2 if command == "compare" else 3]
+    assert bench.main([command, *runs, "--out", str(report)]) == 2
+    assert capsys.readouterr().err == f"error: --out {report}: exists; pass --overwrite to replace it\n"
+    assert report.read_text(encoding="utf-8") == "hand-edited\n"
+    assert bench.main([command, *runs, "--out", str(report), "--overwrite"]) == 0
+    assert report.read_text(encoding="utf-8").startswith("# ")
+
+
+def test_a_report_over_a_runs_results_is_refused_unless_overwrite(tmp_path, capsys):
+    (tmp_path / "results.json").write_bytes((RUNS / "run1" / "results.json").read_bytes())
+    run = str(tmp_path)
+    assert bench.main(["compare", run, str(RUNS / "run2"), "--out", str(tmp_path / "results.json")]) == 2
+    assert capsys.readouterr().err == (f"error: the run {tmp_path / 'results.json'} is the same path as --out "
+                                       f"{tmp_path / 'results.json'}, which the report replaces: its results would be "
+                                       f"lost; give each its own path, or pass --overwrite\n")
+    assert (tmp_path / "results.json").read_bytes() == (RUNS / "run1" / "results.json").read_bytes()

@@ -19,6 +19,14 @@ def test_every_candidate_gets_a_row_with_a_positive_rate(capsys):
     assert [len(r) for r in rates] == [2, 2, 2, tiles, 1] and all(x > 0 for r in rates for x in r), rows
 
 
-def test_a_bad_repetition_count_is_one_line_and_exit_2(capsys):
-    assert gemm_choice.main(["--reps", "0"]) == 2
-    assert capsys.readouterr().err == "error: --reps must be at least 1\n"
+@pytest.mark.parametrize("reps, why", [("0", "must be > 0, got 0"), ("x", "invalid int value: 'x'")])
+def test_a_bad_repetition_count_is_one_line_and_exit_2(capsys, reps, why):
+    assert gemm_choice.main(["--reps", reps]) == 2
+    assert capsys.readouterr().err == f"error: python -m benchmarks.gemm_choice: argument --reps: {why}\n"
+
+
+def test_help_names_the_module_invocation_and_exits_0(capsys):
+    with pytest.raises(SystemExit) as exited:
+        gemm_choice.main(["--help"])
+    assert exited.value.code == 0
+    assert capsys.readouterr().out.startswith("usage: python -m benchmarks.gemm_choice [-h] [--reps REPS]")

@@ -1,4 +1,6 @@
 """The loop-cost decomposition: its differences are per-round arithmetic on the pieces, and every piece runs."""
+import json
+
 import numpy as np
 import pytest
 
@@ -24,8 +26,40 @@ def test_every_piece_and_difference_is_measured_with_an_interval_around_its_medi
 
 
 @pytest.mark.parametrize("argv,message", [(["--rounds", "0"], "must be positive"),
-                                          (["--out", "/nonexistent/x.json"], "no folder /nonexistent")])
+                                          (["--out", "/proc/self/x.json"], "--out /proc/self/x.json: cannot write "
+                                                                           "there (")])
 def test_a_bad_flag_is_one_line_and_exit_2(argv, message, capsys):
     assert loop_cost.main(argv) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and message in err
+
+
+@pytest.fixture
+def never_measured(monkeypatch):
+    """A refusal must come before the minutes of measuring: measuring fails the test."""
+    monkeypatch.setattr(loop_cost, "measure", lambda *args: pytest.fail("measured before refusing"))
+
+
+def test_an_existing_out_file_is_refused_and_kept_unless_overwrite(tmp_path, capsys, never_measured, monkeypatch):
+    (tmp_path / "x.json").write_text("hand-edited\n", encoding="utf-8")
+    assert loop_cost.main(["--out", str(tmp_path / "x.json")]) == 2
+    assert capsys.readouterr().err == f"error: --out {tmp_path / 'x.json'}: exists; pass --overwrite to replace it\n"
+    assert (tmp_path / "x.json").read_text(encoding="utf-8") == "hand-edited\n"
+    piece = {"ms": 1.0, "ci95_ms": [1.0, 1.0]}
+    doc = {"shape": {"batch": 1, "steps": 1, "hidden": 1, "input": 1}, "rounds": 1, "pieces": {"xla: dots": piece},
+           "differences": {"a difference": piece}}
+    monkeypatch.setattr(loop_cost, "measure", lambda *args: doc)
+    assert loop_cost.main(["--out", str(tmp_path / "x.json"), "--overwrite"]) == 0
+    assert json.loads((tmp_path / "x.json").read_text(encoding="utf-8")) == doc
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda d: d, "is a directory"),
+    (lambda d: (d / "f").write_text("mine", encoding="utf-8") and d / "f" / "x.json", "is a file)"),
+])
+def test_an_out_that_cannot_hold_the_file_is_refused_before_measuring(tmp_path, capsys, never_measured, make,
+                                                                      message):
+    out = make(tmp_path)
+    assert loop_cost.main(["--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: --out {out}: ") and err.endswith(f"{message}\n") and err.count("\n") == 1

@@ -18,6 +18,33 @@ def test_parse_sweep_refuses_bad_specs(spec):
         plan.parse_sweep(spec, Config())
 
 
+@pytest.mark.parametrize("spec, message", [
+    ("seq_len=10,,20", "--sweep seq_len=10,,20: an empty value in '10,,20'; give a comma list of values"),
+    ("seq_len=10,20,", "--sweep seq_len=10,20,: an empty value in '10,20,'; give a comma list of values"),
+    ("seq_len=", "--sweep seq_len=: empty; give a comma list of values"),
+    ("=1", "--sweep =1: no field named before '='; expected FIELD=V1,V2,... (e.g. batch_size=16,50,128)"),
+])
+def test_parse_sweep_refuses_an_empty_field_or_value_rather_than_dropping_it(spec, message):
+    with pytest.raises(ConfigError) as err:
+        plan.parse_sweep(spec, Config())
+    assert str(err.value) == message
+
+
+@pytest.mark.parametrize("spec, message", [
+    ("", "--seeds: empty; give a comma list of values"),
+    (" , ", "--seeds: an empty value in ' , '; give a comma list of values"),
+    ("1,,2", "--seeds: an empty value in '1,,2'; give a comma list of values"),
+])
+def test_int_list_refuses_an_empty_list_or_value(spec, message):
+    with pytest.raises(ConfigError) as err:
+        plan.int_list(spec, "--seeds", 0, "non-negative")
+    assert str(err.value) == message
+
+
+def test_comma_list_strips_each_value():
+    assert plan.comma_list(" jax , torch ", "--frameworks") == ["jax", "torch"]
+
+
 def test_select_variants_default_all_and_named():
     both = ["torch", "jax"]
     assert [v.label for v in plan.select_variants("default", both)] == [
@@ -60,6 +87,13 @@ def test_resolve_frameworks_refuses_unknown_names():
     assert bench.resolve_frameworks("jax, torch") == ["jax", "torch"]
     with pytest.raises(ConfigError, match="unknown framework 'foo'"):
         bench.resolve_frameworks("foo")
+
+
+def test_resolve_frameworks_refuses_an_empty_list_as_variants_does():
+    with pytest.raises(ConfigError, match="^--frameworks: empty; give a comma list of values$"):
+        bench.resolve_frameworks("")
+    with pytest.raises(ConfigError, match="^--variants: empty; give a comma list of values$"):
+        plan.select_variants("", ["torch", "jax"])
 
 
 def test_the_variant_table_says_which_headline_comparisons_each_variant_takes_part_in():

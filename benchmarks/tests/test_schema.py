@@ -14,6 +14,8 @@ from common.errors import ConfigError
     (None, "no such results directory"), ("{not json", "not a bench"),
     ('{"results": "x"}', "no results list"),
     ('{"schema_version": 4, "results": []}', "schema_version 4; this bench reads version 5 only"),
+    ('{"schema_version": 5, "results": [], "comparisons": []}',
+     r"holds no results \(a run in which nothing was measured\)$"),
     ('{"schema_version": 5, "results": [{"variant": 1}]}', r"results\[0\]\.framework is missing"),
     ('{"schema_version": 5, "results": [{"framework": "jax", "variant": "jit", "step": "train", "sweep": null, '
      '"step_s": 0.1}]}', r"results\[0\]\.step_s is missing or of the wrong type"),

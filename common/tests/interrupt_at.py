@@ -17,9 +17,7 @@ only to count calls and to place the hooks. Its exit status is the trainer's: 13
 """
 from __future__ import annotations
 
-import gc
 import importlib
-import os
 import signal
 import sys
 import threading
@@ -29,19 +27,11 @@ from common import loop
 from common.config import parse_config
 from common.errors import cli_main
 from common.interrupts import exit_process
+from common.tests.interrupt_program import collect_with, interrupt, interrupt_in_gc
 from common.tests.kill_at_step import BEFORE_TRAINING
 
 POINTS = ("step", "save", "eval", "gc", "compile")
 COMPILE_S = 0.1  # far shorter than any XLA compilation of a training step
-
-
-def interrupt() -> None:
-    os.kill(os.getpid(), signal.SIGINT)  # Python runs its handler before its next instruction
-
-
-def interrupt_in_gc(phase: str, info: dict) -> None:
-    if phase == "start":
-        interrupt()
 
 
 class Trigger:
@@ -54,14 +44,6 @@ class Trigger:
         self.calls += 1
         if self.calls == self.n:
             self.send()
-
-
-def _collect_with(callback: Callable[[str, dict], None]) -> None:
-    gc.callbacks.append(callback)
-    try:
-        gc.collect()
-    finally:
-        gc.callbacks.remove(callback)
 
 
 def _during_torch_step(twin: Any, fire: Trigger) -> None:
@@ -127,7 +109,7 @@ def main(argv: Sequence[str]) -> int:
     signal.signal(signal.SIGINT, signal.default_int_handler)
     trainer = importlib.import_module(trainer_name)
     cfg = parse_config(args, trainer.PROG, f"{trainer_name}, interrupted at {point} {n}.")
-    send = {"gc": lambda: _collect_with(interrupt_in_gc), "compile": threading.Timer(COMPILE_S, interrupt).start}
+    send = {"gc": lambda: collect_with(interrupt_in_gc), "compile": threading.Timer(COMPILE_S, interrupt).start}
     fire = Trigger(int(n), send.get(point, interrupt))
     if point == "save":  # both twins' saves end with the checksums: the rest of the step is written by then
         state = importlib.import_module(trainer_name.replace(".train", ".state"))

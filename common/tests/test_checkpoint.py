@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 from safetensors.numpy import load_file, save_file
 
-from common.checkpoint import CONFIG_FILE, VOCAB_FILE, WEIGHTS_FILE, check_save_dir, load_checkpoint, save_checkpoint
+from common.checkpoint import (CONFIG_FILE, VOCAB_FILE, WEIGHTS_FILE, check_save_dir, load_checkpoint, save_checkpoint,
+                               save_dir_held)
 from common.config import MODEL_FIELDS, Config
 from common.errors import CheckpointError, ConfigError
 from common.files import CHECKSUM_FILE
@@ -297,3 +298,14 @@ def test_save_dir_holding_other_files_is_refused(tmp_path):
     with pytest.raises(ConfigError, match="holds files that are not a neutral checkpoint"):
         check_save_dir(tmp_path, CFG, VOCAB, overwrite=False)
     check_save_dir(tmp_path / "new", CFG, VOCAB, overwrite=False)  # a directory to be made is fine
+
+
+def test_save_dir_vocabulary_is_compared_only_once_it_is_known(ckpt):
+    # Before the corpus is read only the model settings can be compared; the vocabulary once the data gives it.
+    other = Vocab(("<pad>", "<unk>", "好", "a", "c"))
+    assert save_dir_held(ckpt, CFG) is None
+    assert save_dir_held(ckpt, CFG, other) == (f"--save-dir {ckpt}: holds a checkpoint with another vocabulary, not "
+                                               f"this run's, and saving replaces it; name another directory, or pass "
+                                               f"--overwrite")
+    assert save_dir_held(ckpt, CFG.replace(hidden_dim=5)).startswith(f"--save-dir {ckpt}: holds a checkpoint with "
+                                                                     f"hidden_dim=3")

@@ -90,6 +90,13 @@ def test_vocabulary_is_fitted_on_the_training_split_only(corpus_csv):
         assert row[len(row) - n] == UNK_ID
 
 
+def test_a_min_freq_that_keeps_no_token_is_refused_in_one_line(corpus_csv):
+    with pytest.raises(DataError) as err:
+        prepare_data(_cfg(corpus_csv(30), min_freq=10 ** 30))
+    assert str(err.value) == (f"--min-freq {10 ** 30} keeps no token of the training split (no token occurs that "
+                              f"often); lower --min-freq")
+
+
 def test_prepared_arrays_have_the_documented_shapes_and_dtypes(corpus_csv):
     data = prepare_data(_cfg(corpus_csv(30)))
     split = data.train

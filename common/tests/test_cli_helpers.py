@@ -51,3 +51,44 @@ def test_predictions_as_json_keep_non_ascii_text():
 def test_predict_parser_errors_are_config_errors():
     with pytest.raises(ConfigError):
         predict_parser("predict").parse_args(["ckpt"])  # no texts
+
+
+def test_no_command_line_parses_with_plain_argparse():
+    # argparse's own error is two lines (usage, then the message) and exits by itself; the project's Parser raises
+    # ConfigError instead, which cli_main prints as one line.
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    sources = [p for package in ("common", "torch_impl", "jax_impl", "benchmarks", "parity_tests", "scripts")
+               for p in (root / package).rglob("*.py") if "tests" not in p.relative_to(root).parts]
+    plain = [f"{p.relative_to(root)}: {m.group()}" for p in sources
+             for m in re.finditer(r"\bArgumentParser\(|parse_known_args", p.read_text(encoding="utf-8"))]
+    assert len(sources) > 40 and plain == []
+
+
+def test_a_count_option_below_its_minimum_is_one_line_naming_the_option():
+    from common.config import Parser, int_at_least
+
+    parser = Parser(prog="python -m tool")
+    parser.add_argument("--steps", type=int_at_least(1))
+    assert parser.parse_args(["--steps", "1"]).steps == 1
+    with pytest.raises(ConfigError) as refused:
+        parser.parse_args(["--steps", "0"])
+    assert str(refused.value) == "python -m tool: argument --steps: must be > 0, got 0"
+    with pytest.raises(ConfigError, match="argument --steps: invalid int value: '1.5'"):
+        parser.parse_args(["--steps", "1.5"])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("argv, status", [(["--steps", "x"], 2), (["--help"], 0)])
+def test_the_float64_runner_errs_in_one_line_and_helps_with_status_0(argv, status):
+    # A process of its own: importing the runner switches on JAX's process-wide x64 mode.
+    from common.tests.conftest import run_python
+
+    proc = run_python(["-m", "parity_tests.float64_run", *argv])
+    assert proc.returncode == status
+    if status:
+        assert proc.stderr == "error: python -m parity_tests.float64_run: argument --steps: invalid int value: 'x'\n"
+    else:
+        assert proc.stdout.startswith("usage: python -m parity_tests.float64_run [-h] [--steps STEPS]")

@@ -5,7 +5,7 @@ import dataclasses
 
 import pytest
 
-from common.config import Config, make_parser, parse_config
+from common.config import INT64_MAX, Config, make_parser, parse_config
 from common.errors import ConfigError
 
 
@@ -96,10 +96,29 @@ def test_negative_seed_is_refused(name):
         Config(**{name: -1})
 
 
-@pytest.mark.parametrize("argv", [["--lr", "nan"], ["--lr", "inf"], ["--clip", "nan"], ["--dropout", "nan"]])
+@pytest.mark.parametrize("name", ["seed", "split_seed"])
+def test_a_seed_up_to_the_int64_limit_is_accepted(name):
+    assert getattr(Config(**{name: INT64_MAX}), name) == 2**63 - 1
+
+
+@pytest.mark.parametrize("flag", ["--seed", "--split-seed", "--tbptt"])
+def test_a_value_past_the_int64_limit_is_refused_in_one_line(flag):
+    # jax.random.key takes a C long, torch.manual_seed and torch.split an int64: past that they raise deep inside.
+    with pytest.raises(ConfigError) as refused:
+        _parse(flag, str(2**64))
+    assert str(refused.value) == f"{flag} must be between 0 and 9223372036854775807, got 18446744073709551616"
+
+
+@pytest.mark.parametrize("argv", [["--lr", "nan"], ["--lr", "inf"], ["--clip", "nan"], ["--clip", "inf"],
+                                  ["--dropout", "nan"], ["--fc-dropout", "inf"]])
 def test_non_finite_float_flags_are_refused(argv):
-    with pytest.raises(ConfigError, match=argv[0]):
+    with pytest.raises(ConfigError) as refused:
         _parse(*argv)
+    assert str(refused.value) == f"{argv[0]} must be a finite number, got {float(argv[1])}"
+
+
+def test_a_huge_finite_clip_is_accepted():
+    assert _parse("--clip", "1e308").clip == 1e308
 
 
 def test_overwrite_is_a_files_flag_that_a_resume_neither_stores_nor_compares():
@@ -108,3 +127,22 @@ def test_overwrite_is_a_files_flag_that_a_resume_neither_stores_nor_compares():
 
     assert _parse("--overwrite").overwrite is True and Config().overwrite is False
     assert "overwrite" in field_names("files") and "overwrite" not in trajectory_settings(Config())
+
+
+def test_the_int64_limit_is_the_largest_seed_that_every_generator_of_the_twins_takes():
+    import numpy as np
+
+    np.random.default_rng(INT64_MAX), np.random.default_rng([INT64_MAX, 3])  # the split; the batch order
+    pytest.importorskip("torch").Generator().manual_seed(INT64_MAX)  # PyTorch's dropout
+    jax = pytest.importorskip("jax")
+    jax.random.fold_in(jax.random.key(INT64_MAX), 1)  # JAX's dropout
+    with pytest.raises(OverflowError):  # one past: the limit is JAX's, not a cap of ours
+        jax.random.key(INT64_MAX + 1)
+
+
+@pytest.mark.parametrize("module", ["torch_impl.train", "jax_impl.train"])
+def test_a_trainer_refuses_a_seed_past_the_limit_in_one_line_before_any_work(module, capsys):
+    train = pytest.importorskip(module)
+    assert train.main(["--seed", str(INT64_MAX + 1), "--data", "no-such-corpus.csv"]) == 2  # refused before reading
+    assert capsys.readouterr().err == ("error: --seed must be between 0 and 9223372036854775807, "
+                                       "got 9223372036854775808\n")

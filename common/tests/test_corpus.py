@@ -66,6 +66,60 @@ def test_missing_column_names_the_column_and_the_flags(tmp_path, table_file):
         load_table(path)
 
 
+def test_a_file_without_a_header_row_is_told_to_add_one_or_use_pos_and_neg(tmp_path):
+    path = tmp_path / "reviews.csv"
+    path.write_text("这本书很好\n质量太差了\n", encoding="utf-8")
+    with pytest.raises(DataError) as refused:
+        load_table(path)
+    assert str(refused.value) == (
+        f"{path}: no header row naming the text and label columns (its first line reads as data: '这本书很好'); add a "
+        f"first line 'text,label' (or the names given to --text-column and --label-column), or give one file of "
+        f"positive and one of negative texts, one per line, with --pos and --neg")
+
+
+def test_a_data_row_taken_for_a_header_is_cut_short_in_the_message(tmp_path):
+    path = tmp_path / "reviews.csv"
+    path.write_text("a long review " * 20 + ",1\n", encoding="utf-8")
+    with pytest.raises(DataError, match="reads as data: 'a long review a long review a long revi…'\\)"):
+        load_table(path)
+
+
+def test_a_label_in_the_first_line_marks_it_as_data_not_a_header(tmp_path):
+    path = tmp_path / "reviews.csv"
+    path.write_text("fine,1\nawful,0\n", encoding="utf-8")
+    with pytest.raises(DataError, match="no header row naming the text and label columns"):
+        load_table(path)
+
+
+def test_long_column_names_are_cut_short(tmp_path, table_file):
+    path = table_file(tmp_path / "c.csv", [("fine", "1")], header=("text", "y" * 60))
+    with pytest.raises(DataError, match=f"no column 'label' \\(columns: text, {'y' * 39}…\\)"):
+        load_table(path)
+
+
+def test_another_suffix_is_read_as_comma_separated(tmp_path):
+    path = tmp_path / "reviews.txt"
+    path.write_text("text,label\nfine,1\n", encoding="utf-8")
+    assert load_corpus(str(path)) == (["fine"], [1])
+
+
+def test_another_suffix_says_it_was_read_as_comma_separated_when_its_columns_are_missing(tmp_path):
+    path = tmp_path / "reviews.txt"
+    path.write_text("这本书很好\n质量太差了\n", encoding="utf-8")
+    with pytest.raises(DataError, match=r"'这本书很好'; read as comma-separated, as its name does not end in \.csv, "
+                                        r"\.tsv or \.tab\); add a first line 'text,label'"):
+        load_table(path)
+
+
+def test_a_tab_separated_file_with_another_suffix_is_told_to_be_named_tsv(tmp_path):
+    path = tmp_path / "reviews.txt"
+    path.write_text("text\tlabel\nfine\t1\n", encoding="utf-8")
+    with pytest.raises(DataError) as refused:
+        load_table(path)
+    assert str(refused.value) == (f"{path}: read as comma-separated, as its name does not end in .csv, .tsv or .tab, "
+                                  f"but its header names the columns between tabs: name it .tsv")
+
+
 def test_row_with_too_few_fields_names_the_line(tmp_path):
     path = tmp_path / "c.csv"
     path.write_text("text,label\nfine,1\nlonely\n", encoding="utf-8")

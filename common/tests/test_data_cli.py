@@ -85,3 +85,25 @@ def test_summary_of_a_small_csv_prints_its_exact_counts(data_cli, tmp_path):
     assert "tokenizer: word   vocabulary (train, with <pad>, <unk>): " in proc.stdout
     train_line = next(line for line in proc.stdout.splitlines() if line.startswith("train"))
     assert train_line.split()[1] == "16" and train_line.endswith("100.0%")  # 3 tokens each, seq_len 2
+
+
+def test_export_refuses_split_files_already_there_before_reading_the_corpus_unless_overwrite(data_cli, tmp_path):
+    out = tmp_path / "split"
+    out.mkdir()
+    (out / "val.tsv").write_text("text\tlabel\nmy hand edit\t1\n", encoding="utf-8")
+    # The corpus named does not exist: the refusal comes before it is read.
+    _assert_one_line_error(data_cli("export", "--out", out, "--data", tmp_path / "absent.csv"),
+                           f"--out {out}: holds val.tsv; pass --overwrite to replace them")
+    assert (out / "val.tsv").read_text(encoding="utf-8") == "text\tlabel\nmy hand edit\t1\n"
+    rows = [f"text number {i},{i % 2}" for i in range(20)]
+    (tmp_path / "c.csv").write_text("text,label\n" + "\n".join(rows) + "\n", encoding="utf-8")
+    proc = data_cli("export", "--out", out, "--data", tmp_path / "c.csv", "--overwrite")
+    assert proc.returncode == 0, proc.stderr
+    assert sorted(p.name for p in out.iterdir()) == ["test.tsv", "train.tsv", "val.tsv"]
+    assert "my hand edit" not in (out / "val.tsv").read_text(encoding="utf-8")
+
+
+def test_export_to_a_path_under_a_file_exits_2_before_reading_the_corpus(data_cli, tmp_path):
+    (tmp_path / "f").write_text("mine", encoding="utf-8")
+    _assert_one_line_error(data_cli("export", "--out", tmp_path / "f" / "split", "--data", tmp_path / "absent.csv"),
+                           f"--out {tmp_path / 'f' / 'split'}: cannot write there ({tmp_path / 'f'} is a file)")

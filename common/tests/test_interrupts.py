@@ -1,13 +1,18 @@
-"""Ctrl-C's handling in this process: at once, after a save, never dropped in a garbage-collection callback."""
+"""Ctrl-C's handling: at once, after a save, never dropped in a garbage-collection callback; and in a program, from
+its first line to its last, one line on stderr and exit status 130."""
 from __future__ import annotations
 
 import gc
 import os
 import signal
+import sys
+import weakref
 
 import pytest
 
 from common import interrupts
+from common.errors import cli_main
+from common.tests.conftest import run_python
 
 
 @pytest.fixture
@@ -80,3 +85,123 @@ def test_an_interrupted_process_exits_without_finalisation(python_code, status, 
     proc = python_code(f"import atexit\nfrom common.interrupts import exit_process\n"
                        f"atexit.register(print, 'finalised')\nprint('written', flush=False)\nexit_process({status})")
     assert proc.returncode == status and proc.stdout == "written\n" + finalised
+
+
+@pytest.fixture
+def early_handler(python_sigint):
+    """:func:`interrupts.exit_on_ctrl_c` as a program's first lines call it (a SIGINT would end pytest: none is sent
+    outside a handled() block)."""
+    interrupts.exit_on_ctrl_c("__main__")
+    early = signal.getsignal(signal.SIGINT)
+    yield early
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+def test_importing_a_command_line_module_installs_no_handler(python_code):
+    proc = python_code("import signal\nimport common.data\n"
+                       "print(signal.getsignal(signal.SIGINT) is signal.default_int_handler)")
+    assert (proc.returncode, proc.stdout) == (0, "True\n"), proc.stderr
+
+
+def test_a_handled_block_takes_over_from_the_early_handler_and_gives_it_back(early_handler):
+    assert early_handler is not signal.default_int_handler
+    with pytest.raises(KeyboardInterrupt, match="^interrupted at step 3$"):
+        with interrupts.handled():
+            _said("step 3")
+            _ctrl_c()  # raised here, as a KeyboardInterrupt, not an exit at once
+    assert signal.getsignal(signal.SIGINT) is early_handler
+
+
+def test_a_sigint_remembered_in_an_enclosing_block_raises_as_a_nested_one_opens(python_sigint):
+    def callback(phase, info):
+        if phase == "start":
+            _ctrl_c()
+
+    ran = []
+    with interrupts.handled():  # cli_main's, around main
+        gc.callbacks.append(callback)
+        try:
+            gc.collect()
+        finally:
+            gc.callbacks.remove(callback)
+        with pytest.raises(KeyboardInterrupt, match="^interrupted$"):
+            with interrupts.handled():  # the training loop's: its work does not start
+                ran.append("training")
+    assert ran == []
+
+
+def test_a_sigint_that_python_drops_in_a_weakref_callback_raises_at_the_next_check(python_sigint, capsys):
+    class Resource:
+        pass
+
+    with interrupts.handled():
+        resource = Resource()
+        reference = weakref.ref(resource, lambda _: _ctrl_c())
+        del resource  # Python runs the callback, and drops what it raises
+        assert reference() is None
+        with pytest.raises(KeyboardInterrupt, match="^interrupted$"):
+            interrupts.check()
+    assert capsys.readouterr().err == ""
+
+
+def test_cli_main_prints_an_interrupt_once_and_returns_130(python_sigint, capsys):
+    assert cli_main(_ctrl_c)() == 130
+    assert capsys.readouterr().err == "interrupted\n"
+    with interrupts.handled():  # nothing left over to raise a second time
+        pass
+
+
+def test_importing_common_interrupts_imports_only_the_standard_library(python_code):
+    proc = python_code("import sys\nbefore = set(sys.modules)\nimport common.interrupts\n"
+                       "print(*sorted({m.split('.')[0] for m in set(sys.modules) - before}))")
+    assert proc.returncode == 0, proc.stderr
+    assert set(proc.stdout.split()) - set(sys.stdlib_module_names) == {"common"}
+
+
+# A program's life outside handled() blocks, in a fresh interpreter: its start (the imports) and its end.
+PROGRAM = ("import gc, os, signal\nfrom common import interrupts\nfrom common.errors import cli_main\n"
+           "interrupts.exit_on_ctrl_c('__main__')\n"
+           "def ctrl_c(*_):\n    os.kill(os.getpid(), signal.SIGINT)\n")
+
+
+def test_a_sigint_while_a_program_starts_is_one_line_and_exit_130_at_once(python_code):
+    proc = python_code(PROGRAM + "print('loading')\nctrl_c()\nprint('loaded')")
+    assert (proc.returncode, proc.stdout, proc.stderr) == (130, "loading\n", f"{interrupts.STARTING}\n")
+
+
+def test_a_sigint_in_a_garbage_collection_callback_while_a_program_starts_is_not_lost(python_code):
+    proc = python_code(PROGRAM + "gc.callbacks.append(lambda phase, info: ctrl_c())\ngc.collect()\nprint('done:')")
+    assert (proc.returncode, proc.stdout, proc.stderr) == (130, "", f"{interrupts.STARTING}\n")
+
+
+def test_a_sigint_after_a_programs_main_is_one_line_and_exit_130(python_code):
+    proc = python_code(PROGRAM + "status = cli_main(lambda: print('done:'))()\nctrl_c()\nprint('finishing')")
+    assert (proc.returncode, proc.stdout, proc.stderr) == (130, "done:\n", "interrupted\n")
+
+
+def test_a_second_sigint_after_the_interrupts_line_adds_no_second_line(python_code):
+    proc = python_code(PROGRAM + "status = cli_main(ctrl_c)()\nctrl_c()\nprint('finishing')")
+    assert (proc.returncode, proc.stdout, proc.stderr) == (130, "", "interrupted\n")
+
+
+def test_a_second_sigint_while_the_first_is_on_its_way_out_keeps_its_message(python_code):
+    proc = python_code(PROGRAM + "try:\n    with interrupts.handled():\n"
+                       "        interrupts.describe = lambda: 'interrupted at step 3'\n        ctrl_c()\n"
+                       "finally:\n    ctrl_c()  # the handled() block closed: the early handler's again\n")
+    assert (proc.returncode, proc.stdout, proc.stderr) == (130, "", "interrupted at step 3\n")
+
+
+# Each command line, sent SIGINT as one of its heavy modules starts to load (jax_impl.native.build imports none: its
+# package's imports run before its first line).
+LOADING = {"jax_impl.train": "flax", "torch_impl.train": "torch.nn", "jax_impl.predict": "jax",
+           "torch_impl.predict": "torch", "torch_impl.import_model": "torch", "torch_impl.export_model": "torch",
+           "common.data": "numpy", "benchmarks/bench.py": "benchmarks.convergence", "benchmarks.worker": "numpy",
+           "benchmarks.profile_step": "jax", "benchmarks.loop_cost": "jax", "benchmarks.rng_cost": "jax",
+           "benchmarks.gemm_choice": "numpy", "scripts/gpu_check.py": "common.config",
+           "scripts/preflight.py": "common.errors"}
+
+
+@pytest.mark.parametrize("program", list(LOADING))
+def test_a_command_line_interrupted_while_it_loads_says_one_line_and_exits_130(program):
+    proc = run_python(["-m", "common.tests.interrupt_program", f"import:{LOADING[program]}", program])
+    assert (proc.returncode, proc.stdout, proc.stderr) == (130, "", f"{interrupts.STARTING}\n")

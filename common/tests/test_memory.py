@@ -54,3 +54,20 @@ def test_a_sequence_length_beyond_the_machine_is_one_line_from_the_data_cli(data
     assert proc.returncode == 2 and proc.stdout == "" and "Traceback" not in proc.stderr
     assert proc.stderr.startswith("error: --embed-dim 400, --hidden-dim 256, --layers 2, --seq-len 99999999999999")
     assert proc.stderr.count("\n") == 1
+
+
+def test_a_huge_layer_count_is_refused_at_once():
+    # The estimate counts one layer's parameters, not each of 10**30 layers'.
+    with pytest.raises(ConfigError, match=r"--layers 10{30}, .* need about"):
+        memory.check_fits(SMALL.replace(layers=10**30), vocab_size=10, texts=7)
+
+
+@pytest.mark.parametrize("layers", [1, 2, 5])
+def test_the_parameter_count_is_the_sum_over_every_layers_shapes(layers):
+    import math
+
+    from common.params import param_shapes
+
+    count = sum(map(math.prod, param_shapes(10, 4, 3, layers).values()))
+    key = "parameters with their gradients and Adam's state"
+    assert memory.run_bytes(SMALL.replace(layers=layers), 10, 7)[key] == memory.PARAMETER_COPIES * 4 * count

@@ -142,3 +142,53 @@ def test_a_step_without_a_progress_record_is_fallen_back_past(tmp_path, capsys):
     step_dir(tmp_path, 2).mkdir()
     assert load_latest(tmp_path, lambda p: (read_progress(p), "state"), cfg=Config())[0].step == 1
     assert "step_00000002: no progress record" in capsys.readouterr().err
+
+
+def _ran_step(root, lstm_impl: str, ran: str):
+    """A run's step directory whose settings say ``--lstm-impl lstm_impl`` ran implementation ``ran``."""
+    directory = step_dir(root, 2)
+    directory.mkdir(parents=True)
+    settings = trajectory_settings(Config(lstm_impl=lstm_impl), 60, lstm_impl_ran=ran)
+    (directory / PROGRESS_FILE).write_text(json.dumps(asdict(Progress(2, 0, 2, settings=settings))), encoding="utf-8")
+
+
+def test_a_run_whose_auto_ran_fused_resumes_under_fused_by_name(tmp_path):
+    _ran_step(tmp_path, "auto", "fused")
+    progress, _, _ = load_latest(tmp_path, lambda p: (read_progress(p), "state"), cfg=Config(lstm_impl="fused"),
+                                 vocab_size=60, lstm_impl_ran="fused")
+    assert progress.step == 2
+
+
+def test_a_run_of_fused_by_name_resumes_under_auto_where_auto_runs_fused(tmp_path):
+    _ran_step(tmp_path, "fused", "fused")
+    assert load_latest(tmp_path, lambda p: (read_progress(p), "state"), cfg=Config(lstm_impl="auto"), vocab_size=60,
+                       lstm_impl_ran="fused")[0].step == 2
+
+
+def test_a_run_whose_auto_ran_fused_is_refused_under_kernel_naming_both(tmp_path):
+    _ran_step(tmp_path, "auto", "fused")
+    with pytest.raises(ConfigError, match=rf"^--resume {tmp_path}: the run was trained with --lstm-impl 'auto' "
+                                          r"\(which ran fused\), not 'kernel'. Resume with the same settings and "
+                                          r"data$"):
+        load_latest(tmp_path, _never_read, cfg=Config(lstm_impl="kernel"), vocab_size=60, lstm_impl_ran="kernel")
+
+
+def test_a_run_of_kernel_by_name_is_refused_where_auto_now_runs_fused(tmp_path):
+    _ran_step(tmp_path, "kernel", "kernel")
+    with pytest.raises(ConfigError, match=r"the run was trained with --lstm-impl 'kernel', not 'auto' \(which runs "
+                                          r"fused here\)\. Resume"):
+        load_latest(tmp_path, _never_read, cfg=Config(lstm_impl="auto"), vocab_size=60, lstm_impl_ran="fused")
+
+
+def test_a_run_saved_without_what_ran_compares_the_flags(tmp_path):
+    _settings_step(tmp_path, Config(lstm_impl="auto"), vocab_size=60)  # as runs saved before it was recorded
+    with pytest.raises(ConfigError, match=r"the run was trained with --lstm-impl 'auto', not 'fused'\. Resume"):
+        load_latest(tmp_path, _never_read, cfg=Config(lstm_impl="fused"), vocab_size=60, lstm_impl_ran="fused")
+    assert load_latest(tmp_path, lambda p: (read_progress(p), "state"), cfg=Config(), vocab_size=60,
+                       lstm_impl_ran="fused")[0].step == 2
+
+
+def test_a_torch_run_resumes_under_auto_its_only_implementation(tmp_path):
+    _ran_step(tmp_path, "auto", "nn.LSTM")  # the PyTorch twin's record: nn.LSTM, whatever the flag
+    assert load_latest(tmp_path, lambda p: (read_progress(p), "state"), cfg=Config(), vocab_size=60,
+                       lstm_impl_ran="nn.LSTM", framework="torch")[0].step == 2

@@ -3,11 +3,13 @@
 Each extension is one shared library of XLA FFI handlers, compiled by g++ against the FFI headers jaxlib ships
 (``jax.ffi.include_dir()``) and whatever its library needs. A build that cannot run (no compiler, a library
 missing) or fails is not an error of the set-up: it writes the reason next to where the library would be, and the
-implementation that needs it is then ``n/a`` with that reason (:func:`jax_impl.native.load`). Every outcome is one
-line on stdout, with the seconds it took.
+implementation that needs it is then ``n/a`` with that reason (:func:`jax_impl.native.unavailable`). A library that
+was built has its size in bytes and its SHA-256 on record, which :func:`jax_impl.native.validated` checks before the
+library is ever loaded. Every outcome is one line on stdout, with the seconds it took.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 import subprocess
@@ -17,7 +19,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
 
-from jax_impl.native import BUILD_DIR, library_path, status_path
+from common import interrupts
+
+interrupts.exit_on_ctrl_c(__name__)  # first: Ctrl-C while the imports below load is one line and exit 130
+
+from common.errors import cli_main  # noqa: E402
+from jax_impl.native import library_path, status_path  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 COMPILE_TIMEOUT_S = 600  # a stuck compiler must not hang set-up
@@ -105,7 +112,10 @@ def build(ext: Extension) -> dict:
         if proc.returncode:
             lines = [x for x in proc.stderr.splitlines() if "error" in x] or proc.stderr.strip().splitlines() or ["?"]
             raise Missing(f"g++ failed: {lines[0].strip()[:300]}")
-        out.with_suffix(".so.tmp").replace(out)
+        built = out.with_suffix(".so.tmp")
+        with built.open("rb") as f:  # what validated() compares the library with before it loads it
+            record["size"], record["sha256"] = built.stat().st_size, hashlib.file_digest(f, "sha256").hexdigest()
+        built.replace(out)
         record["built"] = True
     except Missing as err:
         record["reason"] = str(err)
@@ -133,4 +143,4 @@ def main(names: Sequence[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    interrupts.exit_process(cli_main(main)(sys.argv[1:]))

@@ -1,6 +1,7 @@
 """Ctrl-C: SIGINT sent at a chosen point of a real training run (``common.tests.interrupt_at``) ends it with one line
 and exit status 130, no traceback (none from Orbax's threads either, no crash under XLA's compiler), the newest complete
-training checkpoint valid, and a run that resumes from it."""
+training checkpoint valid, and a run that resumes from it; before training, after it, and in predict too
+(``common.tests.interrupt_program``)."""
 import os
 import subprocess
 import sys
@@ -9,10 +10,13 @@ from pathlib import Path
 import jax
 import pytest
 
+from common.checkpoint import save_checkpoint
+from common.config import Config
 from common.data import prepare_data
 from common.metrics import read_metrics, training_steps
 from common.params import init_params
 from common.runstate import checkpoint_dirs, load_latest
+from common.text import Vocab
 from jax_impl.model import model_from_config
 from jax_impl.state import load_training_state
 from jax_impl.step import create_train_state
@@ -85,3 +89,32 @@ def test_a_run_interrupted_during_a_save_resumes_from_that_checkpoint(tmp_path, 
     assert resumed.returncode == 0, resumed.stderr
     assert "resumed from run/step_00000004 (step 4, epoch 1, batch 4)" in resumed.stderr
     assert [r["step"] for r in training_steps(read_metrics(tmp_path / "metrics.jsonl"))] == list(range(1, 25))
+
+
+def _flags_for_two_steps(corpus) -> list[str]:
+    """:func:`_flags`' model (its compiled steps, cached, are the same), two steps, no checkpoints and no metrics."""
+    return ["--pos", str(corpus[0]), "--neg", str(corpus[1]), "--embed-dim", "8", "--hidden-dim", "16", "--seq-len",
+            "12", "--batch-size", "4", "--max-steps", "2", "--log-every", "0", "--no-progress", "--device", "cpu"]
+
+
+def test_sigint_in_a_garbage_collection_callback_before_training_is_one_line_and_exit_130(tmp_path, corpus):
+    # JAX runs a callback at every collection; Python drops what one raises, and the run used to go on to its end.
+    proc = _run(tmp_path, "common.tests.interrupt_program", "gc:common.loop:train", "jax_impl.train",
+                *_flags_for_two_steps(corpus), "--save-dir", "best")
+    assert (proc.returncode, proc.stderr) == (130, "interrupted\n")
+    assert "done:" not in proc.stdout and not (tmp_path / "best").exists()
+
+
+def test_sigint_after_training_is_one_line_and_exit_130(tmp_path, corpus):
+    proc = _run(tmp_path, "common.tests.interrupt_program", "exit", "jax_impl.train", *_flags_for_two_steps(corpus))
+    assert (proc.returncode, proc.stderr) == (130, "interrupted\n")
+    assert proc.stdout.splitlines()[-1].startswith("done: 2 steps")
+
+
+def test_sigint_in_a_garbage_collection_callback_during_predict_is_one_line_and_exit_130(tmp_path):
+    checkpoint = save_checkpoint(tmp_path / "ck", init_params(3, 4, 3, 1, seed=0),
+                                 Config(embed_dim=4, hidden_dim=3, layers=1, seq_len=5),
+                                 Vocab(("<pad>", "<unk>", "a")), "char")
+    proc = _run(tmp_path, "common.tests.interrupt_program", "gc:common.checkpoint:load_checkpoint",
+                "jax_impl.predict", str(checkpoint), "a a", "--device", "cpu")
+    assert (proc.returncode, proc.stderr, proc.stdout) == (130, "interrupted\n", "")  # stopped before printing

@@ -1,5 +1,8 @@
-"""The native build: a failed or impossible build is a reason on record and a working set-up, never an error."""
+"""The native build: a failed or impossible build is a reason on record and a working set-up, never an error; a
+built library has its size and SHA-256 on record, which the checks before loading it compare."""
+import hashlib
 import json
+import shutil
 
 import pytest
 
@@ -45,3 +48,16 @@ def test_a_missing_dependency_is_the_reason(build_dir):
 def test_an_unknown_extension_is_a_usage_error(capsys):
     assert build.main(["nonesuch"]) == 2
     assert capsys.readouterr().err.startswith("error: no native extension 'nonesuch'")
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="no g++ on PATH")
+def test_a_built_library_has_its_size_and_sha256_on_record_and_passes_the_checks(build_dir):
+    source = build_dir / "tiny.cc"
+    source.write_text('extern "C" int tiny() { return 1; }\n')
+    record = build.build(build.Extension("tiny", (str(source),), lambda: [], "one function"))
+    library = build_dir / "libtiny.so"
+    assert record["built"] is True
+    assert record["size"] == library.stat().st_size
+    assert record["sha256"] == hashlib.sha256(library.read_bytes()).hexdigest()
+    assert json.loads((build_dir / "tiny.json").read_text())["sha256"] == record["sha256"]
+    assert native.unavailable("tiny") is None

@@ -1,5 +1,6 @@
 """Training checkpoints: a run killed with SIGKILL and resumed ends bitwise where an uninterrupted run ends;
-a damaged checkpoint is detected, named, and the previous one is used."""
+a damaged checkpoint is detected, named, and the previous one is used; a resume compares the LSTM implementation
+that ran, not the flag that chose it."""
 import logging
 import shutil
 import signal
@@ -12,17 +13,19 @@ import numpy as np
 import pytest
 
 from common.checkpoint import load_checkpoint
-from common.errors import CheckpointError
+from common.config import Config
+from common.errors import CheckpointError, ConfigError
 from common.files import CHECKSUM_FILE
 from common.metrics import read_metrics
 from common.runstate import Progress, checkpoint_dirs, load_latest, step_dir
 from common.data import prepare_data
 from common.params import init_params
 from jax_impl import native
-from jax_impl.model import model_from_config
+from jax_impl.model import auto_lstm_impl, model_from_config
 from jax_impl.tests.conftest import Tiny
 from jax_impl.state import STATE_ITEM, load_training_state, save_training_state
 from jax_impl.step import create_train_state
+from jax_impl.train import train
 
 pytestmark = pytest.mark.slow  # tens of seconds each on a 2-core CPU
 
@@ -188,3 +191,35 @@ def test_resume_of_a_run_the_torch_twin_wrote_names_that_twin_in_one_line(small,
     assert resumed.stderr == (f"error: --resume {RUN_DIR}: the run was written by the PyTorch twin (python -m "
                               f"torch_impl.train), whose training checkpoints the JAX twin (python -m jax_impl.train) "
                               f"does not read; resume it with that twin\n")
+
+
+@pytest.fixture(scope="module")
+def auto_run(small, tmp_path_factory) -> tuple[Config, str]:
+    """Two steps under ``--lstm-impl auto`` with a training checkpoint at step 2: (its config, the implementation auto
+    ran)."""
+    cfg = small.cfg.replace(lstm_impl="auto", max_steps=2, checkpoint_every=2,
+                            checkpoint_dir=str(tmp_path_factory.mktemp("auto-run") / "run"))
+    ran = train(cfg)["lstm_impl"]
+    assert ran == auto_lstm_impl("float32", "cpu")[0]
+    return cfg, ran
+
+
+def resume_of(auto_run, tmp_path: Path, lstm_impl: str) -> Config:
+    """The config resuming a copy of ``auto_run``'s checkpoints (a resume writes its own) for 2 more steps under
+    ``--lstm-impl lstm_impl``."""
+    cfg, _ = auto_run
+    shutil.copytree(cfg.checkpoint_dir, tmp_path / "run")
+    return cfg.replace(lstm_impl=lstm_impl, resume=str(tmp_path / "run"), checkpoint_dir=None, max_steps=4)
+
+
+def test_a_run_under_auto_resumes_under_the_implementation_auto_ran_by_name(auto_run, tmp_path):
+    ran = auto_run[1]
+    result = train(resume_of(auto_run, tmp_path, ran))
+    assert (result["steps"], result["lstm_impl"]) == (4, ran)
+
+
+def test_a_run_under_auto_is_refused_under_another_implementation_naming_both(auto_run, tmp_path):
+    with pytest.raises(ConfigError, match=rf"^--resume {tmp_path / 'run'}: the run was trained with --lstm-impl "
+                                          rf"'auto' \(which ran {auto_run[1]}\), not 'scan'\. Resume with the same "
+                                          rf"settings and data$"):
+        train(resume_of(auto_run, tmp_path, "scan"))

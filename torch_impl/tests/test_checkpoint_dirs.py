@@ -2,8 +2,12 @@
 from __future__ import annotations
 
 import json
+import os
+import stat
 
 import pytest
+import torch
+from safetensors.torch import save_file
 
 from common.runstate import PROGRESS_FILE, Progress, checkpoint_dirs, load_latest, read_progress
 from torch_impl.state import write_checkpoint
@@ -58,3 +62,16 @@ def test_the_last_validation_travels_in_the_progress_record(tmp_path):
     last_val = {"step": 7, "loss": 0.25, "accuracy": 0.75}
     path = write_checkpoint(tmp_path, Progress(7, 0, 7, last_val=last_val), _state("s7"))
     assert read_progress(path).last_val == last_val
+
+
+def test_a_training_checkpoint_gets_the_ordinary_modes_under_the_umask(tmp_path):
+    def write(d):  # safetensors on its own writes 0600
+        save_file({"w": torch.zeros(2)}, str(d / "model.safetensors"))
+
+    old = os.umask(0o022)
+    try:
+        path = write_checkpoint(tmp_path, Progress(1, 0, 1), write)
+    finally:
+        os.umask(old)
+    assert {p.name: stat.S_IMODE(p.stat().st_mode) for p in (path, *path.iterdir())} == {
+        "step_00000001": 0o755, PROGRESS_FILE: 0o644, "model.safetensors": 0o644}

@@ -212,15 +212,24 @@ def test_export_with_overwrite_replaces_both_outputs(tmp_path, imported):
 
 def test_export_refuses_one_path_for_both_outputs(tmp_path, imported, capsys):
     assert run_export(imported, tmp_path / "out", tmp_path / "sub" / ".." / "out") == 2
-    assert _one_line_error(capsys) == "error: --state-dict and --vocab name the same file; give each its own\n"
+    assert _one_line_error(capsys) == (f"error: --state-dict {tmp_path / 'out'} is the same path as --vocab "
+                                       f"{tmp_path / 'sub' / '..' / 'out'}: both would write it; give each its own "
+                                       f"path\n")
     assert not (tmp_path / "out").exists()
 
 
-def test_export_into_a_missing_directory_is_refused_before_anything_is_written(tmp_path, imported, capsys):
-    assert run_export(imported, tmp_path / "out.pt", tmp_path / "missing" / "out.json") == 2
-    assert _one_line_error(capsys) == (f"error: --vocab {tmp_path / 'missing' / 'out.json'}: no such directory "
-                                       f"{tmp_path / 'missing'}\n")
-    assert not (tmp_path / "out.pt").exists()
+def test_export_into_a_missing_directory_creates_it(tmp_path, imported):
+    assert run_export(imported, tmp_path / "out.pt", tmp_path / "missing" / "out.json") == 0
+    assert json.loads((tmp_path / "missing" / "out.json").read_text()) == json.loads(
+        (tmp_path / "vocab_to_int.json").read_text())
+
+
+def test_export_under_a_regular_file_is_refused_before_anything_is_written(tmp_path, imported, capsys):
+    (tmp_path / "afile").write_text("mine")
+    assert run_export(imported, tmp_path / "out.pt", tmp_path / "afile" / "out.json") == 2
+    assert _one_line_error(capsys) == (f"error: --vocab {tmp_path / 'afile' / 'out.json'}: cannot write there "
+                                       f"({tmp_path / 'afile'} is a file)\n")
+    assert not (tmp_path / "out.pt").exists() and (tmp_path / "afile").read_text() == "mine"
 
 
 def test_export_whose_second_file_fails_leaves_neither(tmp_path, imported, capsys, monkeypatch):

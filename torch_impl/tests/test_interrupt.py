@@ -1,11 +1,16 @@
 """Ctrl-C: SIGINT sent at a chosen point of a real training run (``common.tests.interrupt_at``) ends it with one line
-and exit status 130, no traceback, the newest complete training checkpoint valid, and a run that resumes from it."""
+and exit status 130, no traceback, the newest complete training checkpoint valid, and a run that resumes from it;
+after training and in predict too (``common.tests.interrupt_program``)."""
 from __future__ import annotations
 
 import pytest
 
+from common.checkpoint import save_checkpoint
+from common.config import Config
 from common.metrics import read_metrics, training_steps
+from common.params import init_params
 from common.runstate import checkpoint_dirs, load_latest
+from common.text import Vocab
 from torch_impl.state import load_training_state
 from torch_impl.tests.conftest import run_cli, tiny_args
 
@@ -47,3 +52,19 @@ def test_a_run_interrupted_during_a_save_resumes_from_that_checkpoint(tmp_path, 
     assert resumed.returncode == 0, resumed.stderr
     assert "resumed from run/step_00000004 (step 4, epoch 1, batch 4)" in resumed.stderr
     assert [r["step"] for r in training_steps(read_metrics(tmp_path / "metrics.jsonl"))] == list(range(1, 49))
+
+
+def test_sigint_after_training_is_one_line_and_exit_130(tmp_path, tiny_cfg):
+    proc = run_cli("common.tests.interrupt_program", "exit", "torch_impl.train", *tiny_args(tiny_cfg),
+                   "--max-steps", "2", cwd=tmp_path)
+    assert (proc.returncode, proc.stderr) == (130, "interrupted\n")
+    assert proc.stdout.splitlines()[-1].startswith("done: 2 steps")
+
+
+def test_sigint_during_predict_is_one_line_and_exit_130(tmp_path):
+    checkpoint = save_checkpoint(tmp_path / "ck", init_params(3, 4, 3, 1, seed=0),
+                                 Config(embed_dim=4, hidden_dim=3, layers=1, seq_len=5),
+                                 Vocab(("<pad>", "<unk>", "a")), "char")
+    proc = run_cli("common.tests.interrupt_program", "call:common.checkpoint:load_checkpoint", "torch_impl.predict",
+                   str(checkpoint), "a a", cwd=tmp_path)
+    assert (proc.returncode, proc.stdout, proc.stderr) == (130, "", "interrupted\n")
