@@ -31,5 +31,6 @@ def test_no_common_module_imports_a_framework(python_code):
     assert proc.returncode == 0, proc.stderr
     report = json.loads(proc.stdout.strip().splitlines()[-1])
     # The listing really found the package's modules (a broken listing would pass vacuously).
-    assert {"common.config", "common.data", "common.checkpoint", "common.runstate"} <= set(report["modules"])
+    assert {"common.config", "common.data", "common.checkpoint", "common.runstate",
+            "common.lm_data"} <= set(report["modules"])
     assert not set(FRAMEWORKS) & set(report["top"]), set(FRAMEWORKS) & set(report["top"])

@@ -198,7 +198,7 @@ LOADING = {"jax_impl.train": "flax", "torch_impl.train": "torch.nn", "jax_impl.p
            "common.data": "numpy", "benchmarks/bench.py": "benchmarks.convergence", "benchmarks.worker": "numpy",
            "benchmarks.profile_step": "jax", "benchmarks.loop_cost": "jax", "benchmarks.rng_cost": "jax",
            "benchmarks.gemm_choice": "numpy", "scripts/gpu_check.py": "common.config",
-           "scripts/preflight.py": "common.errors"}
+           "scripts/preflight.py": "common.errors", "benchmarks.ngram_baseline": "nltk"}
 
 
 @pytest.mark.parametrize("program", list(LOADING))
