@@ -42,7 +42,7 @@ def cli_main(main: Callable[..., int | None]) -> Callable[..., int]:
             print(f"error: {err}", file=sys.stderr)
             return 2
         except KeyboardInterrupt as err:  # the training loop's says where to resume
-            interrupts.say(str(err) or "interrupted")
+            interrupts.say(interrupts.message(err))
             return interrupts.INTERRUPTED
 
     return wrapped

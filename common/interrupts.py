@@ -18,8 +18,10 @@ Two handlers share the work, and neither needs more than the standard library (t
 
 A SIGINT that arrives while the main thread runs native code (an XLA compilation, a long kernel) takes effect when
 control returns to the interpreter: Python runs signal handlers only between its own instructions. Programs then leave
-through :func:`exit_process`, which skips the interpreter's finalisation after an interrupt.
+through :func:`exit_process`, which skips the interpreter's finalisation (where Python gives SIGINT back its
+default, fatal action).
 """
+import atexit
 import functools
 import gc
 import os
@@ -37,6 +39,7 @@ _pending = False  # a SIGINT whose KeyboardInterrupt is still to be raised
 _deferring = 0
 _started = False  # a handled() block has taken over from exit_on_ctrl_c's handler: STARTING is no longer true
 _said = False  # the interrupt's line is written: a further SIGINT ends the process without another
+_message = ""  # what the last KeyboardInterrupt raised here said
 
 
 def exit_on_ctrl_c(module_name: str) -> None:
@@ -91,6 +94,19 @@ def say(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
+def _interrupt() -> KeyboardInterrupt:
+    """The ``KeyboardInterrupt`` of a SIGINT, saying :data:`describe`'s answer, which :func:`message` keeps."""
+    global _message
+    _message = describe()
+    return KeyboardInterrupt(_message)
+
+
+def message(err: KeyboardInterrupt) -> str:
+    """What to say of ``err``: the message it was raised with, even where code it passed through rewrapped it (a
+    codec's decode turns it into "decoding with 'utf-8' codec failed (KeyboardInterrupt: ...)")."""
+    return _message or str(err) or "interrupted"
+
+
 def _in_finalizer(frame) -> bool:
     """Whether ``frame`` runs inside a garbage-collection callback or a ``__del__``, where exceptions are dropped."""
     callbacks = {getattr(callback, "__code__", None) for callback in gc.callbacks}
@@ -106,7 +122,7 @@ def _on_sigint(signum, frame) -> None:
     if _deferring or _in_finalizer(frame):
         _pending = True
     else:
-        raise KeyboardInterrupt(describe())
+        raise _interrupt()
 
 
 def _remember_dropped(hook: Callable[[Any], None], unraisable: Any) -> None:
@@ -124,7 +140,7 @@ def check() -> None:
     global _pending
     if _pending:
         _pending = False
-        raise KeyboardInterrupt(describe())
+        raise _interrupt()
 
 
 @contextmanager
@@ -165,10 +181,17 @@ def handled() -> Iterator[None]:
 
 
 def exit_process(status: int) -> NoReturn:
-    """``sys.exit(status)``, but after Ctrl-C (130) without Python's finalisation: a framework may still be at work in
-    threads of its own on what the interrupt cut short (XLA's compiler is), and tearing the interpreter down under
-    them crashes it. What the run saved is complete by then: saves finish before the interrupt is raised."""
-    if status == INTERRUPTED:
-        _flush_output()
-        os._exit(status)
-    sys.exit(status)
+    """End the program with ``status``, Ctrl-C still one line and 130 until the very end. After Ctrl-C (130) at once:
+    a framework may still be at work in threads of its own on what the interrupt cut short (XLA's compiler is), and
+    tearing the interpreter down under them crashes it; what the run saved is complete by then (saves finish before
+    the interrupt is raised). Otherwise as Python's own exit would, but for its finalisation: the threads it waits for
+    joined, the ``atexit`` functions run (under :func:`exit_on_ctrl_c`'s handler), the output flushed, then the
+    process ends. Python's finalisation would put SIGINT back to its default first, so a Ctrl-C during the seconds
+    torch and JAX take to tear down would kill the process silently, and it frees nothing a finished program needs."""
+    if status != INTERRUPTED:
+        for thread in threading.enumerate():
+            if thread is not threading.main_thread() and not thread.daemon:
+                thread.join()
+        atexit._run_exitfuncs()  # what sys.exit would run; public spelling there is none
+    _flush_output()
+    os._exit(status)

@@ -2,6 +2,7 @@
 its first line to its last, one line on stderr and exit status 130."""
 from __future__ import annotations
 
+import codecs
 import gc
 import os
 import signal
@@ -151,6 +152,17 @@ def test_cli_main_prints_an_interrupt_once_and_returns_130(python_sigint, capsys
         pass
 
 
+def test_an_interrupt_a_codec_rewraps_is_said_as_it_was_raised(python_sigint, capsys, monkeypatch):
+    codecs.register_error("lstm_twins_ctrl_c", lambda error: signal.raise_signal(signal.SIGINT))
+
+    def read_a_file():  # Python rewraps it: "decoding with 'utf-8-sig' codec failed (KeyboardInterrupt: ...)"
+        interrupts.describe = lambda: "interrupted while reading"
+        b"\xff".decode("utf-8-sig", "lstm_twins_ctrl_c")  # a codec written in Python, as the corpus reader uses
+
+    assert cli_main(read_a_file)() == 130
+    assert capsys.readouterr().err == "interrupted while reading\n"
+
+
 def test_importing_common_interrupts_imports_only_the_standard_library(python_code):
     proc = python_code("import sys\nbefore = set(sys.modules)\nimport common.interrupts\n"
                        "print(*sorted({m.split('.')[0] for m in set(sys.modules) - before}))")
@@ -177,6 +189,24 @@ def test_a_sigint_in_a_garbage_collection_callback_while_a_program_starts_is_not
 def test_a_sigint_after_a_programs_main_is_one_line_and_exit_130(python_code):
     proc = python_code(PROGRAM + "status = cli_main(lambda: print('done:'))()\nctrl_c()\nprint('finishing')")
     assert (proc.returncode, proc.stdout, proc.stderr) == (130, "done:\n", "interrupted\n")
+
+
+def test_a_program_that_ends_well_keeps_ctrl_c_one_line_and_130_until_its_last_instruction(python_code):
+    # Python's own exit would give SIGINT back its default action before tearing torch and JAX down (seconds), so a
+    # Ctrl-C there killed the process without a word; exit_process ends it on the program's own terms.
+    proc = python_code(PROGRAM + "import atexit, threading, time\n"
+                       "threading.Thread(target=lambda: (time.sleep(0.2), print('thread'))).start()\n"
+                       "atexit.register(ctrl_c)\n"
+                       "interrupts.exit_process(cli_main(lambda: print('done:'))())")
+    assert (proc.returncode, proc.stdout, proc.stderr) == (130, "done:\nthread\n", "interrupted\n")
+
+
+def test_a_program_that_ends_well_exits_with_its_status_after_its_threads_and_exit_functions(python_code):
+    proc = python_code(PROGRAM + "import atexit, threading, time\n"
+                       "threading.Thread(target=lambda: (time.sleep(0.2), print('thread'))).start()\n"
+                       "atexit.register(lambda: print('exit function'))\n"
+                       "interrupts.exit_process(cli_main(lambda: 2)())")
+    assert (proc.returncode, proc.stdout, proc.stderr) == (2, "thread\nexit function\n", "")  # the thread waited for
 
 
 def test_a_second_sigint_after_the_interrupts_line_adds_no_second_line(python_code):

@@ -22,6 +22,7 @@ import hashlib
 import json
 import os
 import platform
+import stat
 from pathlib import Path
 
 from common.errors import UnsupportedError
@@ -106,6 +107,8 @@ def validated(name: str) -> ctypes.CDLL:
                                f"built; {fix}") from None
     except OSError as err:
         raise UnsupportedError(f"the native {name} library {library} cannot be read ({err.strerror}); {fix}") from None
+    if not stat.S_ISREG(found.st_mode):
+        raise UnsupportedError(f"the native {name} library {library} is not a regular file; {fix}")
     if found.st_size != size:
         raise UnsupportedError(f"the native {name} library {library} is {found.st_size} bytes, not the {size} its "
                                f"build recorded (truncated or replaced since); {fix}")

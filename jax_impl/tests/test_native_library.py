@@ -57,6 +57,14 @@ def test_a_truncated_library_is_reported_and_never_loaded(build_dir, no_dlopen):
         f"(truncated or replaced since); {REBUILD.format('lstm_kernel')}")
 
 
+def test_a_folder_in_the_librarys_place_is_reported_and_never_loaded(build_dir, no_dlopen):
+    path = record_build(build_dir, kernel.NAME, LIBRARY_BYTES)
+    path.unlink()
+    path.mkdir()
+    assert native.unavailable(kernel.NAME) == (
+        f"the native lstm_kernel library {path} is not a regular file; {REBUILD.format('lstm_kernel')}")
+
+
 def test_an_altered_byte_of_the_same_size_is_a_checksum_mismatch(build_dir, no_dlopen):
     path = record_build(build_dir, onednn.NAME, LIBRARY_BYTES)
     altered = bytearray(LIBRARY_BYTES)
