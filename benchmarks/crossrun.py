@@ -15,7 +15,7 @@ from benchmarks.stats import paired_ratio, round_means
 from benchmarks.tables import label, ms, table
 from common.config import Parser
 from common.errors import ConfigError
-from common.files import Output, check_outputs
+from common.files import Output, atomic_file, check_outputs
 
 
 def rounds_only(doc: dict) -> dict:
@@ -108,8 +108,7 @@ def emit(report: Callable[[bool], str], path: str | None) -> None:
     print(report(False), end="")
     if path:
         try:
-            Path(path).parent.mkdir(parents=True, exist_ok=True)
-            Path(path).write_text(report(True), encoding="utf-8")
+            atomic_file(Path(path), lambda tmp: tmp.write_text(report(True), encoding="utf-8"))
         except OSError as err:
             raise ConfigError(f"--out {path}: cannot write ({err.strerror})") from None
 

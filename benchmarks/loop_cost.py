@@ -199,7 +199,6 @@ def main(argv: list[str]) -> int:
     doc = measure(args.rounds, args.batch, args.steps, args.hidden, args.input)
     print(render(doc))
     if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
         atomic_file(args.out, lambda tmp: tmp.write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8"))
     return 0
 

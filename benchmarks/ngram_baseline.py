@@ -225,7 +225,6 @@ def main(argv: list[str]) -> int:
     doc = {"command": " ".join([PROG, *map(shlex.quote, argv)]), **measure(data, args.order, args.discount)}
     print(render(doc))
     if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
         atomic_file(args.out, lambda tmp: tmp.write_text(json.dumps(doc, indent=1, ensure_ascii=False) + "\n",
                                                          encoding="utf-8"))
     return 0

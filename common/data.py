@@ -160,10 +160,6 @@ def check_export(out: Path, overwrite: bool) -> None:
 
 def export_split(data: Dataset, out: Path) -> list[Path]:
     """Write ``train.tsv``, ``val.tsv``, ``test.tsv`` (header ``text``, ``label``; label 0/1), each atomically."""
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as err:
-        raise DataError(f"{out}: cannot create the output directory ({err.strerror})") from None
     paths = split_files(out)
     for name, path in zip(SPLITS, paths):
         split = getattr(data, name)
@@ -183,9 +179,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--overwrite", action="store_true", help="export: replace the split files already in --out")
     ns = parser.parse_args(argv)
     cfg = config_from_namespace(ns)
-    if ns.command == "export" and not ns.out:
-        parser.error("export needs --out DIR")
     if ns.command == "export":
+        if not ns.out:
+            parser.error("export needs --out DIR")
         check_export(Path(ns.out), ns.overwrite)
     data = prepare_data(cfg.replace(batch_size=1))
     lines = summary_lines(data) if ns.command == "summary" else export_split(data, Path(ns.out))

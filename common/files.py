@@ -184,12 +184,13 @@ def atomic_dir(final: Path, what: str) -> Iterator[Path]:
 
 
 def atomic_files(writes: dict[Path, Callable[[Path], None]]) -> None:
-    """Each ``write(a temporary path beside its path)``, given the umask's ordinary mode and fsynced, then all renamed
-    into place: a failure in any leaves every path as it was, never a half-written file (the temporary ones are
-    removed)."""
+    """Each ``write(a temporary path beside its path)``, its folder made where missing, given the umask's ordinary
+    mode and fsynced, then all renamed into place: a failure in any leaves every path as it was, never a half-written
+    file (the temporary ones are removed)."""
     tmps = {path: path.with_name(f"{path.name}.tmp") for path in writes}  # the manifest's own stays outside it by name
     try:
         for path, write in writes.items():
+            path.parent.mkdir(parents=True, exist_ok=True)
             write(tmps[path])
             ordinary_modes(tmps[path])
             fsync(tmps[path])

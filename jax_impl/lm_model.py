@@ -77,9 +77,9 @@ class RNNStack(nn.Module):
     """``nn.LSTM`` / ``nn.GRU(E, H, layers, dropout)``, time-major: ``(xs (T, B, E), carry) → (the top layer's outputs
     (T, B, H), the new carry)``.
 
-    Parameters: ``weight_ih_l{k}`` (G·H, D_k), ``weight_hh_l{k}`` (G·H, H), ``bias_ih_l{k}``, ``bias_hh_l{k}`` (G·H,),
-    U(-1/√H, 1/√H) as PyTorch initialises them. In training the input of each layer above the first is multiplied by
-    a (T, B, H) mask of 0 and 1/(1-p) drawn from the 'dropout' rng."""
+    Parameters: ``weight_ih_l{k}`` (G·H, D_k), ``weight_hh_l{k}`` (G·H, H), ``bias_ih_l{k}``, ``bias_hh_l{k}``
+    (G·H,), U(-1/√H, 1/√H) as PyTorch initialises them. In training the input of each layer above the first is
+    multiplied by a (T, B, H) mask of 0 and 1/(1-p) drawn from the 'dropout' rng."""
 
     hidden_dim: int
     layers: int

@@ -221,7 +221,8 @@ def flax_lstm_layer(xs: Array, layer_weights: LayerWeights, layer_carry: LayerCa
                     lengths: Array | None = None) -> tuple[LayerCarry, Array]:
     """``flax``, LSTM: ``nn.RNN`` over Flax's ``nn.OptimizedLSTMCell`` fed PyTorch's weights as
     :func:`flax_cell_stack` feeds it (per gate g: ``i<g>`` = W_ih[g].T, ``h<g>`` = W_hh[g].T with the one bias
-    b_ih[g] + b_hh[g], summed inside the differentiated function). xs (T, B, D), carry (h, c) → ((h, c), (T, B, H))."""
+    b_ih[g] + b_hh[g], summed inside the differentiated function). xs (T, B, D), carry (h, c) → ((h, c),
+    (T, B, H))."""
     (w_ih, w_hh, b_ih, b_hh), (h, c) = layer_weights, layer_carry
     hidden = w_hh.shape[1]
     rows = {g: slice(j * hidden, (j + 1) * hidden) for j, g in enumerate("ifgo")}

@@ -23,8 +23,6 @@ from common.params import shapes_for  # noqa: E402
 def write_all(writes: dict[Path, Callable[[Path], None]]) -> None:
     """:func:`common.files.atomic_files`, its failure one line: a failed export leaves none of its files."""
     try:
-        for path in writes:
-            path.parent.mkdir(parents=True, exist_ok=True)
         atomic_files(writes)
     except (OSError, RuntimeError) as err:  # torch.save's writer raises RuntimeError
         why = getattr(err, "strerror", None) or (str(err).splitlines() or [""])[0]

@@ -1,9 +1,10 @@
-"""pytorch/examples' ``word_language_model`` ``RNNModel``: Embedding → dropout → L-layer LSTM or GRU (dropout between
-layers) → dropout → Linear(V) at every time step. Time-major, as the example: tokens (T, B) → logits (T, B, V).
+"""pytorch/examples' ``word_language_model`` ``RNNModel``: Embedding → dropout → L-layer LSTM or GRU (dropout
+between layers) → dropout → Linear(V) at every time step. Time-major, as the example: tokens (T, B) → logits
+(T, B, V).
 
-Its parameter names are the neutral tree's (``common.lm_params``), so converting is a copy: :func:`load_params`
-(neutral → model) and :func:`export_params` (model → neutral, bitwise for float32), both over ``named_parameters()``,
-which lists a tied weight once, as ``encoder.weight``.
+Its parameter names are the neutral tree's (``common.lm_params``), so converting is a copy, the classifier's
+:func:`load_params` (neutral → model) and :func:`export_params` (model → neutral, bitwise for float32), both over
+``named_parameters()``, which lists a tied weight once, as ``encoder.weight``.
 """
 import torch
 from torch import nn

@@ -72,9 +72,9 @@ def test_a_file_without_a_header_row_is_told_to_add_one_or_use_pos_and_neg(tmp_p
     with pytest.raises(DataError) as refused:
         load_table(path)
     assert str(refused.value) == (
-        f"{path}: no header row naming the text and label columns (its first line reads as data: '这本书很好'); add a "
-        f"first line 'text,label' (or the names given to --text-column and --label-column), or give one file of "
-        f"positive and one of negative texts, one per line, with --pos and --neg")
+        f"{path}: no header row naming the text and label columns (its first line reads as data: "
+        f"'这本书很好'); add a first line 'text,label' (or the names given to --text-column and --label-column), "
+        f"or give one file of positive and one of negative texts, one per line, with --pos and --neg")
 
 
 def test_a_data_row_taken_for_a_header_is_cut_short_in_the_message(tmp_path):
@@ -106,8 +106,8 @@ def test_another_suffix_is_read_as_comma_separated(tmp_path):
 def test_another_suffix_says_it_was_read_as_comma_separated_when_its_columns_are_missing(tmp_path):
     path = tmp_path / "reviews.txt"
     path.write_text("这本书很好\n质量太差了\n", encoding="utf-8")
-    with pytest.raises(DataError, match=r"'这本书很好'; read as comma-separated, as its name does not end in \.csv, "
-                                        r"\.tsv or \.tab\); add a first line 'text,label'"):
+    with pytest.raises(DataError, match=r"'这本书很好'; read as comma-separated, as its name does not end in "
+                                        r"\.csv, \.tsv or \.tab\); add a first line 'text,label'"):
         load_table(path)
 
 

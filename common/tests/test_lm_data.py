@@ -1,5 +1,5 @@
-"""The language model's data: tagged lines → words → contiguous 80/10/10 split → vocabulary (train only) → id streams
-→ batchify → bptt windows; small corpora written in code, plus the People's Daily corpus itself."""
+"""The language model's data: tagged lines → words → contiguous 80/10/10 split → vocabulary (train only) → id
+streams → batchify → bptt windows; small corpora written in code, plus the People's Daily corpus itself."""
 from __future__ import annotations
 
 import json

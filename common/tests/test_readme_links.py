@@ -21,7 +21,8 @@ def where_to_look() -> str:
 
 
 def identifier(name: str) -> str:
-    """The last dotted part of a backticked name, without its call: ``jax.lax.stop_gradient(carry)`` → stop_gradient."""
+    """The last dotted part of a backticked name, without its call: ``jax.lax.stop_gradient(carry)`` gives
+    stop_gradient."""
     return name.split("(", 1)[0].rsplit(".", 1)[-1]
 
 

@@ -93,11 +93,11 @@ def validated(name: str) -> ctypes.CDLL:
     if record.get("built") is not True:
         raise UnsupportedError(f"the native {name} library's build record {status} does not say whether it was "
                                f"built; {fix}")
-    size, sha256 = record.get("size"), record.get("sha256")
-    if size is None or sha256 is None:
+    size, recorded = record.get("size"), record.get("sha256")
+    if size is None or recorded is None:
         raise UnsupportedError(f"the native {name} library {library} was built by an older set-up (its build record "
                                f"has no size and SHA-256 to check it against); {fix}")
-    if type(size) is not int or not isinstance(sha256, str) or len(sha256) != 64:
+    if type(size) is not int or not isinstance(recorded, str) or len(recorded) != 64:
         raise UnsupportedError(f"the native {name} library's build record {status} holds a malformed size or "
                                f"SHA-256; {fix}")
     try:
@@ -116,7 +116,7 @@ def validated(name: str) -> ctypes.CDLL:
         checksum = file_sha256(str(library), found.st_size, found.st_mtime_ns, found.st_ino)
     except OSError as err:
         raise UnsupportedError(f"the native {name} library {library} cannot be read ({err.strerror}); {fix}") from None
-    if checksum != sha256.lower():
+    if checksum != recorded.lower():
         raise UnsupportedError(f"the native {name} library {library} does not match the SHA-256 its build recorded "
                                f"(altered since it was built); {fix}")
     try:
@@ -132,17 +132,22 @@ def validated(name: str) -> ctypes.CDLL:
     return loaded
 
 
-@functools.cache
-def file_sha256(path: str, size: int, mtime_ns: int, inode: int) -> str:
-    """The SHA-256 of the file at ``path``, hex: hashed once per process for each (size, mtime, inode) it has, so a
-    library rebuilt while the process runs is hashed anew."""
+def sha256(path: str | Path) -> str:
+    """The SHA-256 of the file at ``path``, hex: what the build records and :func:`validated` compares."""
     with open(path, "rb") as f:
         return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 @functools.cache
-def dlopen(path: str, sha256: str) -> ctypes.CDLL:
-    """The library at ``path`` with checksum ``sha256`` loaded, one :class:`ctypes.CDLL` per process and file."""
+def file_sha256(path: str, size: int, mtime_ns: int, inode: int) -> str:
+    """:func:`sha256` once per process for each (size, mtime, inode) the file has, so a library rebuilt while the
+    process runs is hashed anew."""
+    return sha256(path)
+
+
+@functools.cache
+def dlopen(path: str, checksum: str) -> ctypes.CDLL:
+    """The library at ``path`` with SHA-256 ``checksum`` loaded, one :class:`ctypes.CDLL` per process and file."""
     return ctypes.CDLL(path)
 
 

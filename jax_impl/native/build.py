@@ -9,7 +9,6 @@ library is ever loaded. Every outcome is one line on stdout, with the seconds it
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import shutil
 import subprocess
@@ -24,7 +23,7 @@ from common import interrupts
 interrupts.exit_on_ctrl_c(__name__)  # first: Ctrl-C while the imports below load is one line and exit 130
 
 from common.errors import cli_main  # noqa: E402
-from jax_impl.native import library_path, status_path  # noqa: E402
+from jax_impl.native import library_path, sha256, status_path  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 COMPILE_TIMEOUT_S = 600  # a stuck compiler must not hang set-up
@@ -113,8 +112,8 @@ def build(ext: Extension) -> dict:
             lines = [x for x in proc.stderr.splitlines() if "error" in x] or proc.stderr.strip().splitlines() or ["?"]
             raise Missing(f"g++ failed: {lines[0].strip()[:300]}")
         built = out.with_suffix(".so.tmp")
-        with built.open("rb") as f:  # what validated() compares the library with before it loads it
-            record["size"], record["sha256"] = built.stat().st_size, hashlib.file_digest(f, "sha256").hexdigest()
+        # What validated() compares the library with before it loads it.
+        record["size"], record["sha256"] = built.stat().st_size, sha256(built)
         built.replace(out)
         record["built"] = True
     except Missing as err:
