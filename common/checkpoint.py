@@ -10,7 +10,8 @@ leaves the previous checkpoint intact. Reading checks every name, shape and dtyp
 file against its checksum.
 
 ``unknown_words``: 'unk' (the vocabulary starts <pad>, <unk>) or 'skip' (it starts <pad> alone and unknown words are
-dropped: a model imported from the classic script).
+dropped: a model imported from the classic script). A language model's (``workload`` 'lm') starts <unk>, <eos>, its
+words read as whitespace-separated (``tokenizer_resolved`` 'whitespace').
 """
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,13 +19,15 @@ from typing import Any
 
 import numpy as np
 
-from common.config import MODEL_FIELDS, Config, flag
+from common.config import MODEL_FIELDS, WORKLOADS, Config, flag
 from common.errors import CheckpointError, ConfigError
 from common.files import atomic_dir, read_json, verify_manifest, write_json, write_manifest
+from common.lm_data import TOKENIZER as LM_TOKENIZER, LMVocab
 from common.params import Params, shapes_for
 from common.text import TOKENIZERS, UNKNOWN_RULES, Vocab
 
 FORMAT = "lstm-twins/neutral-checkpoint"
+ADDED_WITH_THE_LM = ("workload", "cell", "tied")  # model settings a checkpoint of this version may lack
 VERSION = 2
 CONFIG_FILE, VOCAB_FILE, WEIGHTS_FILE = "config.json", "vocab.json", "model.safetensors"
 
@@ -33,8 +36,8 @@ CONFIG_FILE, VOCAB_FILE, WEIGHTS_FILE = "config.json", "vocab.json", "model.safe
 class Checkpoint:
     params: Params
     config: Config  # the run's Config with the checkpoint's model fields
-    vocab: Vocab
-    tokenizer: str  # resolved: one of common.text.TOKENIZERS
+    vocab: Vocab | LMVocab
+    tokenizer: str  # resolved: one of common.text.TOKENIZERS, or a language model's 'whitespace'
     meta: dict[str, Any]
 
 
@@ -117,7 +120,11 @@ def load_checkpoint(directory: str | Path, cfg: Config | None = None) -> Checkpo
     if config.get("version") != VERSION:
         raise CheckpointError(f"{config_file}: format version {config.get('version')!r}, this code reads version "
                               f"{VERSION}")
-    model, defaults, tokenizer = config["model"], Config(), config.get("tokenizer_resolved")
+    model, tokenizer = dict(config["model"]), config.get("tokenizer_resolved")
+    for name in ADDED_WITH_THE_LM:  # a checkpoint written before they existed is a classifier's
+        model.setdefault(name, getattr(Config(), name))
+    workload = model.get("workload")
+    defaults = Config.for_workload(workload) if workload in WORKLOADS else Config()
     unknown_words = config.get("unknown_words")
     for name in MODEL_FIELDS:
         default = getattr(defaults, name)
@@ -125,8 +132,11 @@ def load_checkpoint(directory: str | Path, cfg: Config | None = None) -> Checkpo
             raise CheckpointError(f"{config_file}: model setting {name!r} is missing")
         if type(model[name]) is not type(default) and not (isinstance(default, float) and isinstance(model[name], int)):
             raise CheckpointError(f"{config_file}: model setting {name!r} has the wrong type")
-    if tokenizer not in TOKENIZERS:
-        raise CheckpointError(f"{config_file}: 'tokenizer_resolved' must be one of {', '.join(TOKENIZERS)}")
+    if workload not in WORKLOADS:
+        raise CheckpointError(f"{config_file}: model setting 'workload' must be one of {', '.join(WORKLOADS)}")
+    tokenizers = (LM_TOKENIZER,) if workload == "lm" else TOKENIZERS
+    if tokenizer not in tokenizers:
+        raise CheckpointError(f"{config_file}: 'tokenizer_resolved' must be one of {', '.join(tokenizers)}")
     if unknown_words not in UNKNOWN_RULES:
         raise CheckpointError(f"{config_file}: 'unknown_words' must be one of {', '.join(UNKNOWN_RULES)}")
     # Dropout rates are training settings: the caller's win (parity runs use 0 on any checkpoint).
@@ -146,7 +156,7 @@ def load_checkpoint(directory: str | Path, cfg: Config | None = None) -> Checkpo
     if not isinstance(tokens, list) or not all(isinstance(t, str) for t in tokens):
         raise CheckpointError(f"{directory / VOCAB_FILE}: expected a JSON list of token strings")
     try:
-        vocab = Vocab(tuple(tokens), unknown_words)
+        vocab = LMVocab(tuple(tokens)) if workload == "lm" else Vocab(tuple(tokens), unknown_words)
     except CheckpointError as err:
         raise CheckpointError(f"{directory / VOCAB_FILE}: {err}") from None
 

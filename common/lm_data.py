@@ -23,6 +23,7 @@ UNK, EOS = "<unk>", "<eos>"
 UNK_ID, EOS_ID = 0, 1
 DEFAULT_MAX_VOCAB = 10_000
 EVAL_BATCH_SIZE = 10  # the example's batch size for validation and test
+TOKENIZER = "whitespace"  # how a language model's text is read: words separated by whitespace, tags stripped
 
 # The tag of each token of a line: its last ``/`` and what follows, up to the token's end (what strip_tag drops).
 _TAG = re.compile(r"/[^/\s]*(?!\S)")
@@ -143,6 +144,7 @@ class LMVocab:
     tokens: tuple[str, ...]
     unk_id = UNK_ID  # class attributes, not fields
     eos_id = EOS_ID
+    unknown_words = "unk"  # the neutral checkpoint's rule for a word outside the vocabulary
 
     def __post_init__(self):
         if self.tokens[:2] != (UNK, EOS):
@@ -251,16 +253,17 @@ class LMData:
     stats: LMStats
 
 
-def prepare_lm_data(data: str | Path = PEOPLES_DAILY, max_vocab: int = DEFAULT_MAX_VOCAB) -> LMData:
+def prepare_lm_data(data: str | Path = PEOPLES_DAILY, max_vocab: int = DEFAULT_MAX_VOCAB,
+                    vocab: LMVocab | None = None) -> LMData:
     """Read the corpus ``data`` names, split its lines 80/10/10 (:func:`split_ranges`), fit the vocabulary on train
-    (:func:`build_lm_vocab`) and encode each split. Fewer than 10 lines with words is a :class:`DataError` (val
+    (:func:`build_lm_vocab`; ``vocab``: a checkpoint's instead) and encode each split. Fewer than 10 lines with words is a :class:`DataError` (val
     and test would be empty)."""
     read = read_word_lines(data)
     n = len(read.lines)
     if n < 10:
         raise DataError(f"{corpus_path(data)}: {n} lines with words; the 80/10/10 split needs at least 10")
     train, val, test = ([read.lines[i] for i in part] for part in split_ranges(n))
-    vocab = build_lm_vocab(train, max_vocab)
+    vocab = vocab or build_lm_vocab(train, max_vocab)
     types = len({w for line in read.lines for w in line})
     stats = LMStats(read.lines_read, n, read.words, read.compounds, read.empty_tokens, types,
                     coverage(vocab, train))

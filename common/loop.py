@@ -1,9 +1,11 @@
 """The one training loop: ``python -m torch_impl.train`` and ``python -m jax_impl.train`` are this loop over
-their own :class:`Twin`. Numpy batches go in; the twin's ``state`` and ``carry`` are opaque to it.
+their own :class:`Twin`, for either workload (:mod:`common.workloads`: the classifier, the language model). Numpy
+batches go in; the twin's ``state`` and ``carry`` are opaque to it.
 
     for step in train_steps(twin, state, train split, cfg):    # carry = zeros each epoch (each batch under
         (state, carry, loss = twin.train_step(...) inside)     # --carry reset); the twin truncates the carry
-        validate every --log-every steps and at each epoch's end; --save-dir keeps the best
+        validate every --log-every steps and at each epoch's end; --save-dir keeps the best;
+        an epoch's end whose validation is not the best: the learning rate divided by --lr-decay
         a training checkpoint every --checkpoint-every steps and at each epoch's end
     test: with the best validation's weights under --save-dir, else the final ones
 
@@ -21,15 +23,14 @@ from typing import Any, Callable, Iterator, Protocol
 from tqdm import tqdm
 
 from common import interrupts
-from common.batches import Batch, batches, num_train_batches
 from common.checkpoint import check_save_dir, load_checkpoint, save_checkpoint, save_dir_held
 from common.config import Config
-from common.data import Dataset, EncodedSplit, prepare_data, read_line
-from common.errors import ConfigError, DataError, UserError
+from common.errors import ConfigError, UserError
 from common.files import Output, check_outputs
 from common.metrics import MetricsLog, log_line
-from common.params import Params, init_params
+from common.params import Params
 from common.runstate import PREFIX, Progress, checkpoint_root, claim_run_dir, load_latest, trajectory_settings
+from common.workloads import load_run, workload_of  # noqa: F401 (load_run: the loop's, the bench's and tests')
 
 
 class NonFiniteError(UserError):
@@ -47,19 +48,25 @@ class Twin(Protocol):
     def init_state(self, params: Params) -> Any:
         """The starting state from neutral parameters: those parameters, a fresh Adam, step 0."""
 
-    def init_carry(self) -> Any:
-        """Zeros for this process's rows of a batch."""
+    def init_carry(self, batch_size: int | None = None) -> Any:
+        """Zeros for this process's rows of a batch of ``batch_size`` rows (default: --batch-size)."""
 
-    def train_step(self, state: Any, carry: Any, batch: Batch) -> tuple[Any, Any, float]:
-        """One optimizer step on the global ``batch``: ``(state, carry, loss)``, the batch's mean BCE as a float,
-        NaN when the loss or the gradient is not finite (then, under --skip-nonfinite, nothing changed)."""
+    def train_step(self, state: Any, carry: Any, batch: Any) -> tuple[Any, Any, float]:
+        """One optimizer step on the global ``batch`` (a ``Batch``, or an LM ``Window``): ``(state, carry, loss)``,
+        the batch's mean loss (BCE; the LM's cross-entropy per token) as a float, NaN when the loss or the gradient is
+        not finite (then, under --skip-nonfinite, nothing changed)."""
 
-    def eval_step(self, state: Any, batch: Batch) -> tuple[Any, Any]:
-        """``(sum of BCE, number correct)`` over this process's rows of ``batch``, from a zero carry, dropout
-        off: scalars ``float``/``int`` accept, read only after the whole split is dispatched."""
+    def eval_step(self, state: Any, carry: Any, batch: Any) -> tuple[Any, tuple[Any, Any]]:
+        """``(carry, (loss sum, second sum))`` over this process's rows of ``batch``, dropout off; the classifier:
+        (BCE, number correct) from a zero carry (the carry passes through unused); the LM: (cross-entropy, tokens),
+        the carry going on into the next window. Scalars ``float``/``int`` accept, read only after the whole split
+        is dispatched."""
 
-    def sum_over_processes(self, loss_sum: float, correct: int) -> tuple[float, int]:
+    def sum_over_processes(self, loss_sum: float, second: float) -> tuple[float, float]:
         """The sums over every process of a data-parallel run (the identity in one process)."""
+
+    def set_lr(self, state: Any, lr: float) -> Any:
+        """``state`` training on at learning rate ``lr`` from its next step (--lr-decay)."""
 
     def export_params(self, state: Any) -> Params:
         """The state's parameters as neutral float32 arrays."""
@@ -92,21 +99,22 @@ class TrainStep:
     seconds: float
 
 
-def train_steps(twin: Twin, state: Any, split: EncodedSplit, cfg: Config, start: Progress = Progress(0, 0, 0),
+def train_steps(twin: Twin, state: Any, split: Any, cfg: Config, start: Progress = Progress(0, 0, 0),
                 carry: Any = None, epochs: int | None = None) -> Iterator[TrainStep]:
     """``twin.train_step`` over the training batches in the twins' shared order, from ``start`` on, epoch after epoch
     until ``epochs`` (None: without end). The carry policy lives here and nowhere else: zeros at the start of every
     epoch, and before every batch under --carry reset; otherwise each step's returned carry goes into the next (the
-    twin truncates it). ``carry``: the one to continue with when ``start`` is inside an epoch (a resumed run)."""
-    per_epoch, number = num_train_batches(len(split), cfg.batch_size), start.step
+    twin truncates it). ``carry``: the one to continue with when ``start`` is inside an epoch (a resumed run).
+    ``split``: the workload's training split (:mod:`common.workloads`), cut into batches by it."""
+    workload = workload_of(cfg)
+    per_epoch, number = workload.per_epoch(split, cfg), start.step
     if not per_epoch:
         return
     for epoch in itertools.count(start.epoch) if epochs is None else range(start.epoch, epochs):
         first = start.batch if epoch == start.epoch else 0
         if first == 0 or carry is None:
             carry = twin.init_carry()
-        for index, batch in enumerate(batches(split, cfg.batch_size, shuffle_seed=cfg.seed, epoch=epoch, start=first),
-                                      start=first):
+        for index, batch in enumerate(workload.train_batches(split, cfg, epoch, first), start=first):
             if cfg.carry == "reset":
                 carry = twin.init_carry()
             number += 1
@@ -116,23 +124,6 @@ def train_steps(twin: Twin, state: Any, split: EncodedSplit, cfg: Config, start:
             except UserError as err:
                 raise type(err)(f"step {number}: {err}") from None
             yield TrainStep(number, epoch, index, index + 1 == per_epoch, state, carry, loss, time.perf_counter() - tic)
-
-
-def load_run(cfg: Config, before_data: Callable[[Config], None] = lambda cfg: None) -> tuple[Config, Dataset, Params]:
-    """``(cfg, data, initial neutral params)``: from --init-from (its weights, vocabulary and tokenizer, and
-    its model settings in ``cfg``) or the shared seeded initialisation. ``before_data(cfg)`` runs once ``cfg`` is
-    complete, before the corpus is read. A training split of one class is refused."""
-    ckpt = load_checkpoint(cfg.init_from, cfg) if cfg.init_from else None
-    cfg = ckpt.config if ckpt else cfg
-    before_data(cfg)
-    data = prepare_data(cfg, *((ckpt.vocab, ckpt.tokenizer) if ckpt else ()))
-    positive = int(data.train.labels.sum())
-    if positive in (0, len(data.train)):
-        raise DataError(f"the training split's {len(data.train)} texts are all {'positive' if positive else 'negative'}"
-                        f": a classifier needs both classes; check the labels (--label-column) or the files")
-    if ckpt:
-        return cfg, data, ckpt.params
-    return cfg, data, init_params(len(data.vocab), cfg.embed_dim, cfg.hidden_dim, cfg.layers, seed=cfg.seed)
 
 
 def _in_a_step_dir(relative: Path) -> bool:
@@ -182,22 +173,26 @@ def run_outputs(cfg: Config) -> list[Output]:
     return outputs
 
 
-def evaluate(twin: Twin, state: Any, split: EncodedSplit, batch_size: int) -> tuple[float, float]:
-    """``(mean BCE, accuracy)`` over every example of ``split`` once (sums over examples, divided once)."""
+def evaluate(twin: Twin, state: Any, split: Any, cfg: Config) -> tuple[float, float]:
+    """``(mean loss, metric)`` over every example of ``split`` once (sums, divided once): the classifier's mean BCE
+    and accuracy, the language model's mean cross-entropy per token and perplexity (:mod:`common.workloads`)."""
+    workload = workload_of(cfg)
     if not len(split):
         return math.nan, math.nan
-    sums = []
-    for batch in batches(split, batch_size):  # dispatched, then read
+    sums, carry = [], twin.init_carry(workload.eval_batch_size(cfg))
+    for batch in workload.eval_batches(split, cfg):  # dispatched, then read
         interrupts.check()
-        sums.append(twin.eval_step(state, batch))
-    loss_sum, correct = twin.sum_over_processes(math.fsum(float(s) for s, _ in sums), sum(int(c) for _, c in sums))
-    return loss_sum / len(split), correct / len(split)
+        carry, batch_sums = twin.eval_step(state, carry, batch)
+        sums.append(batch_sums)
+    loss_sum, second = twin.sum_over_processes(math.fsum(float(s) for s, _ in sums), sum(float(c) for _, c in sums))
+    return workload.summarise(loss_sum, second, split)
 
 
 def train(cfg: Config, make_twin: Callable[[Config, int], Twin]) -> dict[str, Any]:
     """Train as the seed does (see common.config for every knob). ``make_twin(cfg, vocab_size)`` builds the
-    framework's side once the data is known. Returns the run's result: test_loss, test_accuracy, val_loss,
-    val_accuracy, best_val_loss, steps, skipped_steps, train_seconds, and the twin's record. Ctrl-C ends it with a
+    framework's side once the data is known. Returns the run's result: test_loss, test_<metric>, val_loss,
+    val_<metric> (the metric: accuracy, or the LM's perplexity), best_val_loss, lr (the last), steps, skipped_steps,
+    train_seconds, and the twin's record. Ctrl-C ends it with a
     ``KeyboardInterrupt`` saying the step and where to resume (:mod:`common.interrupts`), never inside a save."""
     with interrupts.handled():
         return _train(cfg, make_twin)
@@ -209,10 +204,11 @@ def _train(cfg: Config, make_twin: Callable[[Config, int], Twin]) -> dict[str, A
         f"resume with --resume {resumable}" if resumable else "no training checkpoint to resume from"))
     # Every output checked at once, on every process (they see the same files), before the corpus is read.
     cfg, data, params = load_run(cfg, before_data=lambda cfg: check_outputs(run_outputs(cfg), cfg.overwrite))
+    workload = workload_of(cfg)
     twin = make_twin(cfg, len(data.vocab))
     is_main = twin.is_main
     if is_main:
-        print(read_line(data))
+        print(workload.read_line(data))
     if cfg.save_dir and is_main:  # the one part known only now: whether the checkpoint there has this vocabulary
         check_save_dir(cfg.save_dir, cfg, data.vocab, cfg.overwrite)
     run_dir = checkpoint_root(cfg, f"{twin.record['framework']}_impl") if cfg.checkpoint_every else None
@@ -232,9 +228,12 @@ def _train(cfg: Config, make_twin: Callable[[Config, int], Twin]) -> dict[str, A
     elif run_dir is not None and is_main:
         print(f"training checkpoints: {run_dir} (continue a stopped run with --resume {run_dir})", file=sys.stderr)
 
-    per_epoch = num_train_batches(len(data.train), cfg.batch_size)
+    per_epoch = workload.per_epoch(data.train, cfg)
     total = min(cfg.epochs * per_epoch, cfg.max_steps or math.inf)
     step, skipped, best_val_loss, last_val = progress.step, progress.skipped, progress.best_val_loss, progress.last_val
+    lr = cfg.lr if progress.lr is None else progress.lr
+    if lr != cfg.lr:
+        state = twin.set_lr(state, lr)
     settings = trajectory_settings(cfg, len(data.vocab), twin.record["lstm_impl"])
     train_seconds = 0.0
     with interrupts.deferred():  # a resumed run rewrites the file's kept records
@@ -243,22 +242,29 @@ def _train(cfg: Config, make_twin: Callable[[Config, int], Twin]) -> dict[str, A
     if not cfg.resume:
         metrics.write(step=0, run=twin.record)
 
+    metric = workload.metric  # accuracy or perplexity
+
     def validate() -> None:
         nonlocal last_val
-        loss, accuracy = evaluate(twin, state, data.val, cfg.batch_size)
-        last_val = {"step": step, "loss": loss, "accuracy": accuracy}
-        metrics.write(step=step, split="val", loss=loss, accuracy=accuracy, train_seconds=round(train_seconds, 4))
+        loss, value = evaluate(twin, state, data.val, cfg)
+        last_val = {"step": step, "loss": loss, metric: value}
+        metrics.write(step=step, split="val", loss=loss, **{metric: value}, train_seconds=round(train_seconds, 4))
 
-    def keep_if_best(epoch: int) -> None:
-        """--save-dir: the weights of the best validation loss so far (epoch ends and the run's end)."""
-        nonlocal best_val_loss
-        if cfg.save_dir and (best_val_loss is None or last_val["loss"] < best_val_loss):
+    def keep_if_best(epoch: int, epoch_end: bool) -> None:
+        """The best validation loss so far (epoch ends and the run's end): --save-dir keeps its weights; at an
+        epoch's end that is not the best, the learning rate is divided by --lr-decay (the LM example's annealing)."""
+        nonlocal best_val_loss, lr, state
+        if best_val_loss is None or last_val["loss"] < best_val_loss:
             best_val_loss = last_val["loss"]
-            if is_main:
+            if cfg.save_dir and is_main:
                 with interrupts.deferred():
                     save_checkpoint(cfg.save_dir, twin.export_params(state), cfg, data.vocab, data.tokenizer,
                                     meta={**twin.record, "step": step, "epoch": epoch + 1,
-                                          "val_loss": last_val["loss"], "val_accuracy": last_val["accuracy"]})
+                                          "val_loss": last_val["loss"], f"val_{metric}": last_val[metric]})
+        elif epoch_end and cfg.lr_decay != 1:
+            lr /= cfg.lr_decay
+            state = twin.set_lr(state, lr)
+            metrics.write(step=step, lr=lr)
 
     steps = train_steps(twin, state, data.train, cfg, progress, carry, epochs=cfg.epochs)
     with metrics, tqdm(total=total, initial=step, disable=not (cfg.progress and is_main), desc="train", unit="step",
@@ -284,30 +290,32 @@ def _train(cfg: Config, make_twin: Callable[[Config, int], Twin]) -> dict[str, A
             if cfg.log_every and step % cfg.log_every == 0:
                 validate()
                 if is_main:
-                    bar.write(log_line(s.epoch + 1, cfg.epochs, step, loss, last_val["loss"], last_val["accuracy"]))
+                    bar.write(log_line(s.epoch + 1, cfg.epochs, step, loss, last_val["loss"], last_val[metric],
+                                       metric, lr))
             if s.epoch_end or stop:  # every epoch's end, and where --max-steps stops the run
                 if last_val is None or last_val["step"] != step:
                     validate()
-                keep_if_best(s.epoch)
+                keep_if_best(s.epoch, s.epoch_end)
             if run_dir is not None and (step % cfg.checkpoint_every == 0 or s.epoch_end or stop):
                 where = (s.epoch + 1, 0) if s.epoch_end else (s.epoch, s.index + 1)
                 with interrupts.deferred():
-                    twin.save_state(run_dir, Progress(step, *where, skipped, best_val_loss, settings, last_val),
+                    twin.save_state(run_dir, Progress(step, *where, skipped, best_val_loss, settings, last_val, lr),
                                     state, carry, cfg.keep_checkpoints)
                     resumable = run_dir
         if last_val is None or last_val["step"] != step:  # e.g. a run of no steps
             validate()
         if cfg.save_dir and best_val_loss is not None:
             state = twin.import_params(state, lambda: load_checkpoint(cfg.save_dir, cfg).params)
-        test_loss, test_accuracy = evaluate(twin, state, data.test, cfg.batch_size)
-        metrics.write(step=step, split="test", loss=test_loss, accuracy=test_accuracy,
+        test_loss, test_value = evaluate(twin, state, data.test, cfg)
+        metrics.write(step=step, split="test", loss=test_loss, **{metric: test_value},
                       train_seconds=round(train_seconds, 4))
 
-    result = {"test_loss": test_loss, "test_accuracy": test_accuracy, "val_loss": last_val["loss"],
-              "val_accuracy": last_val["accuracy"], "best_val_loss": best_val_loss, "steps": step,
+    result = {"test_loss": test_loss, f"test_{metric}": test_value, "val_loss": last_val["loss"],
+              f"val_{metric}": last_val[metric], "best_val_loss": best_val_loss, "lr": lr, "steps": step,
               "skipped_steps": skipped, "train_seconds": train_seconds, **twin.record}
     if is_main:
+        short = {"accuracy": "acc", "perplexity": "ppl"}[metric]
         print(f"done: {step} steps ({skipped} skipped) in {train_seconds:.1f}s of training; "
-              f"val loss {result['val_loss']:.4f} acc {result['val_accuracy']:.4f}; "
-              f"test loss {test_loss:.4f} acc {test_accuracy:.4f}")
+              f"val loss {result['val_loss']:.4f} {short} {last_val[metric]:.4f}; "
+              f"test loss {test_loss:.4f} {short} {test_value:.4f}")
     return result

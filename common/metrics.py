@@ -10,10 +10,14 @@ from common.errors import ConfigError
 TIMING_FIELDS = ("train_seconds",)  # wall-clock fields: never equal between two runs
 
 
-def log_line(epoch: int, epochs: int, step: int, loss: float, val_loss: float, val_accuracy: float) -> str:
-    """The classic notebook's line (``epoch`` 1-based), with validation accuracy appended."""
-    return (f"Epoch: {epoch}/{epochs}... Step: {step}... Loss: {loss:.6f}... Val Loss: {val_loss:.6f}... "
-            f"Val Acc: {val_accuracy:.4f}")
+def log_line(epoch: int, epochs: int, step: int, loss: float, val_loss: float, value: float,
+             metric: str = "accuracy", lr: float | None = None) -> str:
+    """The classic notebook's line (``epoch`` 1-based), with the validation metric appended: the classifier's
+    accuracy, or the language model's perplexity and learning rate (the LM example prints both)."""
+    line = f"Epoch: {epoch}/{epochs}... Step: {step}... Loss: {loss:.6f}... Val Loss: {val_loss:.6f}... "
+    if metric == "accuracy":
+        return line + f"Val Acc: {value:.4f}"
+    return line + f"Val PPL: {value:.2f}... LR: {lr:g}"
 
 
 def _step_of(line: str) -> int:

@@ -17,6 +17,10 @@ def param_shapes(vocab_size: int, embed_dim: int, hidden_dim: int, layers: int) 
 
 
 def shapes_for(cfg, vocab_size: int) -> dict[str, tuple[int, ...]]:
+    """The shapes of ``cfg``'s model: the classifier's, or the language model's (:mod:`common.lm_params`)."""
+    if cfg.workload == "lm":
+        from common.lm_params import lm_param_shapes  # it imports Params from here
+        return lm_param_shapes(vocab_size, cfg.embed_dim, cfg.hidden_dim, cfg.layers, cfg.cell, cfg.tied)
     return param_shapes(vocab_size, cfg.embed_dim, cfg.hidden_dim, cfg.layers)
 
 

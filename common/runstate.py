@@ -31,7 +31,8 @@ TWINS = {"torch": "PyTorch twin (python -m torch_impl.train)", "jax": "JAX twin 
 class Progress:
     """Where training stands: ``step`` steps done; the next batch is batch ``batch`` (0-based) of epoch
     ``epoch`` (0-based). ``skipped``: non-finite steps skipped so far; ``best_val_loss`` for --save-dir;
-    ``last_val``: the latest validation ``{"step", "loss", "accuracy"}``."""
+    ``last_val``: the latest validation ``{"step", "loss", <metric>}``; ``lr``: the learning rate the next step
+    takes (None: --lr, never decayed)."""
 
     step: int
     epoch: int
@@ -40,6 +41,7 @@ class Progress:
     best_val_loss: float | None = None
     settings: dict | None = None  # trajectory_settings(cfg, vocab_size) of the run that wrote it
     last_val: dict | None = None
+    lr: float | None = None
 
     @classmethod
     def from_dict(cls, data, where: Path) -> "Progress":

@@ -28,7 +28,7 @@ from common.errors import ConfigError
 from common.lm_params import GATES, INIT_RANGE, check_lm_sizes
 from common.params import Params
 from jax_impl import stacks
-from jax_impl.numerics import PRECISION, Array, dot
+from jax_impl.numerics import PRECISION, Array, compute_dtype, dot, matmul_precision
 
 # impl → cell → one layer: (xs (T, B, D), (w_ih, w_hh, b_ih, b_hh), carry, *, dtype, precision)
 # → (its final carry, its outputs (T, B, H)), run by jax_impl.stacks.stack_layers.
@@ -166,12 +166,13 @@ def make_lm_model(vocab_size: int, embed_dim: int, hidden_dim: int, layers: int,
     return RNNModel(vocab_size, embed_dim, hidden_dim, layers, cell, dropout, tied, impl, jnp.float32, precision)
 
 
-def to_flax(neutral: Params) -> dict:
-    """Neutral name → array to the Flax params tree: each name nested at its first dot, the arrays as they are."""
+def to_flax(neutral: Params, dtype: Any = None) -> dict:
+    """Neutral name → array to the Flax params tree: each name nested at its first dot, the arrays as they are (or in
+    ``dtype``)."""
     tree: dict = {}
     for name, value in neutral.items():
         module, leaf = name.split(".", 1)
-        tree.setdefault(module, {})[leaf] = np.asarray(value)
+        tree.setdefault(module, {})[leaf] = np.asarray(value, dtype)
     return tree
 
 
@@ -185,3 +186,22 @@ def from_flax(tree: Any, dtype: Any = np.float32) -> Params:
               for name in ("weight_ih", "weight_hh", "bias_ih", "bias_hh")]
     names += [("decoder", leaf) for leaf in ("weight", "bias") if leaf in tree["decoder"]]
     return {f"{module}.{leaf}": np.array(tree[module][leaf], dtype) for module, leaf in names}
+
+
+def resolve_lm_impl(name: str) -> str:
+    """``--lstm-impl`` for the language model: ``scan`` or ``flax``; ``auto`` is ``scan`` (the reference; on the CPU
+    as fast as ``flax``, ``bench.py --workload lm`` measures both). The classifier's other implementations return the
+    last step's output only, where the language model reads every step's: refused."""
+    if name == "auto":
+        return "scan"
+    if name not in LAYERS:
+        raise ConfigError(f"--lstm-impl {name} serves the classifier only (it returns the last step's output; the "
+                          f"language model reads every step's): use {' or '.join(LAYERS)}, or auto")
+    return name
+
+
+def lm_model_from_config(cfg, vocab_size: int) -> RNNModel:
+    """The language model ``cfg`` describes (``--cell``, ``--tied``, sizes, ``--dropout``, ``--lstm-impl``), computing
+    in ``--dtype``, its matmuls at the precision ``--allow-tf32`` asks for."""
+    return RNNModel(vocab_size, cfg.embed_dim, cfg.hidden_dim, cfg.layers, cfg.cell, cfg.dropout, cfg.tied,
+                    resolve_lm_impl(cfg.lstm_impl), compute_dtype(cfg.dtype), matmul_precision(cfg.allow_tf32))

@@ -30,7 +30,8 @@ from jax_impl.optim import global_norm_torch, make_optimizer
 
 
 class TrainState(struct.PyTreeNode):
-    """``params`` (Flax pytree), ``opt_state`` (optax), ``step`` (int32 scalar: steps taken, skipped included)."""
+    """``params`` (Flax pytree), ``opt_state`` (optax, the learning rate in it), ``step`` (int32 scalar: steps taken,
+    skipped included)."""
 
     params: Any
     opt_state: Any
@@ -138,11 +139,11 @@ def make_loss_fn(model: SentimentRNN, cfg: Config, *, truncate_chunks: bool = Tr
     return loss_fn
 
 
-def create_train_state(model: SentimentRNN, cfg: Config, neutral_params: dict[str, np.ndarray],
-                       device: Where | None = None) -> TrainState:
-    """The starting state from neutral parameters (common.params.init_params or a checkpoint): float32
-    params (float64 under --dtype float64), a fresh optimizer state, step 0."""
-    params = jax.device_put(to_flax(neutral_params, dtype=param_dtype_for(model.dtype)), device)
+def create_train_state(model: Any, cfg: Config, neutral_params: dict[str, np.ndarray],
+                       device: Where | None = None, convert: Callable[..., Any] = to_flax) -> TrainState:
+    """The starting state from neutral parameters (common.params.init_params or a checkpoint; ``convert``: the
+    workload's neutral → Flax tree): float32 params (float64 under --dtype float64), a fresh optimizer state, step 0."""
+    params = jax.device_put(convert(neutral_params, dtype=param_dtype_for(model.dtype)), device)
     state = TrainState(params=params, opt_state=make_optimizer(cfg).init(params), step=np.int32(0))
     # One committed placement for all of it: jit compiles again when an argument switches between committed and
     # uncommitted placement.
@@ -170,10 +171,17 @@ def make_update(cfg: Config) -> Callable[..., tuple[TrainState, Carry, StepMetri
 
 def make_train_step(model: SentimentRNN, cfg: Config, *, truncate_chunks: bool = True
                     ) -> Callable[[TrainState, Carry, DeviceBatch, jax.Array], tuple[TrainState, Carry, StepMetrics]]:
-    """The jitted pure step ``train_step(state, carry, batch, key) -> (state, carry, metrics)``; ``state``
-    is donated. ``key`` is the run's base key; the step's dropout key is ``fold_in(key, state.step)``.
-    ``truncate_chunks`` (tests only) switches off the stop_gradient at --tbptt chunk boundaries."""
-    grad_fn = jax.value_and_grad(make_loss_fn(model, cfg, truncate_chunks=truncate_chunks), has_aux=True)
+    """The classifier's jitted pure step (:func:`jit_train_step` over :func:`make_loss_fn`). ``truncate_chunks``
+    (tests only) switches off the stop_gradient at --tbptt chunk boundaries."""
+    return jit_train_step(make_loss_fn(model, cfg, truncate_chunks=truncate_chunks), cfg)
+
+
+def jit_train_step(loss_fn: Callable[[Any, Any, Any, jax.Array], tuple[jax.Array, Any]], cfg: Config
+                   ) -> Callable[[TrainState, Any, Any, jax.Array], tuple[TrainState, Any, StepMetrics]]:
+    """The jitted pure step ``train_step(state, carry, batch, key) -> (state, carry, metrics)`` of a workload's
+    ``loss_fn(params, carry, batch, dropout_key) -> (loss, new carry)``; ``state`` is donated. ``key`` is the run's
+    base key; the step's dropout key is ``fold_in(key, state.step)``."""
+    grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
     update = make_update(cfg)
 
     def train_step(state: TrainState, carry: Carry, batch: DeviceBatch, key: jax.Array

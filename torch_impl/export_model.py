@@ -41,6 +41,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     check_outputs([Output("--state-dict", args.state_dict, directory=False, contents="the state_dict"),
                    Output("--vocab", args.vocab, directory=False, contents="the vocab_to_int")], args.overwrite)
     ckpt = load_checkpoint(args.checkpoint)
+    if ckpt.config.workload != "classifier":
+        raise CheckpointError(f"{args.checkpoint}: a language model's checkpoint; this writes the classic script's "
+                              f"classifier (its weights already carry the LM example's names: model.safetensors)")
     if ckpt.config.padding != "left":
         raise CheckpointError(f"{args.checkpoint}: trained with --padding right, but the script left-pads: it would "
                               f"not compute this model")

@@ -62,3 +62,10 @@ def make_lm_model(vocab_size: int, embed_dim: int, hidden_dim: int, layers: int,
     model = RNNModel(vocab_size, embed_dim, hidden_dim, layers, cell, dropout, tied)
     load_params(model, init_lm_params(vocab_size, embed_dim, hidden_dim, layers, cell, tied, seed))
     return model
+
+
+def lm_model_from_config(cfg, vocab_size: int) -> RNNModel:
+    """The language model ``cfg`` describes (``--cell``, ``--tied``, sizes, ``--dropout``), holding the shared initial
+    weights ``init_lm_params(seed=cfg.seed)``. CPU, float32."""
+    return make_lm_model(vocab_size, cfg.embed_dim, cfg.hidden_dim, cfg.layers, cfg.cell, cfg.dropout, cfg.tied,
+                         cfg.seed)

@@ -1,4 +1,5 @@
-"""``python -m torch_impl.predict CKPT_DIR "text" ... [--json] [--device D]``: P(positive) from a saved model."""
+"""``python -m torch_impl.predict CKPT_DIR "text" ... [--json] [--device D]``: P(positive) from a classifier's
+checkpoint; from a language model's, ``CKPT_DIR "中国 人民" --words N`` continues the prompt greedily."""
 from typing import Sequence
 
 from common import interrupts
@@ -10,6 +11,7 @@ import torch  # noqa: E402
 
 from common.checkpoint import Checkpoint  # noqa: E402
 from common.predict import encode_for, predict_main  # noqa: E402
+from torch_impl.lm_model import lm_model_from_config  # noqa: E402
 from torch_impl.model import SentimentRNN, load_params, model_from_config  # noqa: E402
 from torch_impl.numerics import resolve_device, set_numerics  # noqa: E402
 
@@ -35,7 +37,23 @@ def predict_probs(ckpt: Checkpoint, texts: Sequence[str], device: torch.device, 
     return np.concatenate(probs)
 
 
-main = predict_main("python -m torch_impl.predict", resolve_device, predict_probs)
+@torch.no_grad()
+def greedy_ids(ckpt: Checkpoint, prompt: np.ndarray, words: int, device: torch.device) -> list[int]:
+    """The ids of the ``words`` words that follow ``prompt`` (ids (t,)) greedily: the prompt read from a zero state,
+    then each word the argmax of the last logits (the lowest id on a tie), fed back in. Dropout off."""
+    set_numerics(ckpt.config, device)
+    model = lm_model_from_config(ckpt.config, len(ckpt.vocab))
+    load_params(model, ckpt.params)
+    model = model.to(device).eval()
+    tokens, hidden, found = torch.from_numpy(prompt).to(device).long()[:, None], model.init_hidden(1), []  # (t, 1)
+    for _ in range(words):
+        logits, hidden = model(tokens, hidden)
+        tokens = logits[-1].argmax(-1, keepdim=True)  # (1, 1): torch's argmax takes the first of equal maxima
+        found.append(int(tokens))
+    return found
+
+
+main = predict_main("python -m torch_impl.predict", resolve_device, predict_probs, greedy_ids)
 
 if __name__ == "__main__":
     interrupts.exit_process(main())

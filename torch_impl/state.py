@@ -3,10 +3,10 @@ had never stopped (bitwise, on the CPU). One directory per checkpoint, made atom
 :func:`write_checkpoint` (no library writes a directory of safetensors and JSON atomically and keeps the newest N):
 
     model.safetensors      parameters, under the state-dict names, in the compute dtype
-    optimizer.safetensors  Adam's state per parameter: NAME.exp_avg, NAME.exp_avg_sq, NAME.step
-    carry.safetensors      the carried hidden state h, c, each (L, B, H)
+    optimizer.safetensors  Adam's state per parameter: NAME.exp_avg, NAME.exp_avg_sq, NAME.step (SGD has none)
+    carry.safetensors      the carried hidden state h, c (a GRU's: h), each (L, B, H)
     rng.safetensors        torch's CPU generator state (uint8), and CUDA's when training on a GPU
-    state.json             format, version, the run's config, device and Adam's hyperparameters
+    state.json             format, version, the run's config, device and the optimizer's hyperparameters
     progress.json          common.runstate.Progress
     checksums.sha256       SHA-256 and size of every file above (safetensors has no checksum of its own)
 
@@ -25,7 +25,7 @@ from common.files import atomic_dir, read_json, verify_manifest, write_json, wri
 from common.runstate import PREFIX, PROGRESS_FILE, Progress, checkpoint_dirs, read_progress, step_dir
 
 FORMAT = "lstm-twins/torch-training-state"
-VERSION = 3
+VERSION = 4
 MODEL_FILE, OPTIMIZER_FILE = "model.safetensors", "optimizer.safetensors"
 CARRY_FILE, RNG_FILE, STATE_FILE = "carry.safetensors", "rng.safetensors", "state.json"
 ADAM_KEYS = ("exp_avg", "exp_avg_sq", "step")
@@ -50,8 +50,13 @@ def _cpu(t: torch.Tensor) -> torch.Tensor:
     return t.detach().to("cpu").contiguous()
 
 
+def carry_tensors(hidden: torch.Tensor | tuple[torch.Tensor, ...]) -> Tensors:
+    """The carry as named tensors: an LSTM's ``(h, c)`` → ``{"h", "c"}``, a GRU's ``h`` → ``{"h"}``."""
+    return {"h": hidden} if isinstance(hidden, torch.Tensor) else dict(zip(("h", "c"), hidden))
+
+
 def save_training_state(directory: Path, model: nn.Module, optimizer: torch.optim.Optimizer,
-                        hidden: tuple[torch.Tensor, torch.Tensor], cfg) -> None:
+                        hidden: torch.Tensor | tuple[torch.Tensor, torch.Tensor], cfg) -> None:
     """Write the state files into ``directory`` (write_checkpoint's, progress.json already there), then the
     checksums of all."""
     from safetensors.torch import save_file
@@ -59,17 +64,19 @@ def save_training_state(directory: Path, model: nn.Module, optimizer: torch.opti
     names = {id(p): name for name, p in model.named_parameters()}
     adam = {f"{names[id(p)]}.{key}": _cpu(value) for group in optimizer.param_groups for p in group["params"]
             for key, value in optimizer.state.get(p, {}).items()}
+    carry = carry_tensors(hidden)
+    device = carry["h"].device
     rng = {"cpu": torch.get_rng_state()}
-    if hidden[0].is_cuda:
-        rng["cuda"] = torch.cuda.get_rng_state(hidden[0].device)
+    if device.type == "cuda":
+        rng["cuda"] = torch.cuda.get_rng_state(device)
     save_file({name: _cpu(t) for name, t in model.state_dict().items()}, str(directory / MODEL_FILE))
     save_file(adam, str(directory / OPTIMIZER_FILE))
-    save_file({"h": _cpu(hidden[0]), "c": _cpu(hidden[1])}, str(directory / CARRY_FILE))
+    save_file({name: _cpu(t) for name, t in carry.items()}, str(directory / CARRY_FILE))
     save_file(rng, str(directory / RNG_FILE))
     group = optimizer.param_groups[0]
     write_json(directory / STATE_FILE, {"format": FORMAT, "version": VERSION, "torch": torch.__version__,
-                                        "config": cfg.to_dict(), "device": str(hidden[0].device),
-                                        "adam": {k: group[k] for k in ("lr", "betas", "eps")}})
+                                        "config": cfg.to_dict(), "device": str(device),
+                                        "optimizer": {k: group[k] for k in ("lr", "betas", "eps") if k in group}})
     write_manifest(directory)
 
 
@@ -94,9 +101,9 @@ def load_training_state(directory: Path) -> tuple[Progress, dict[str, Tensors]]:
 
 
 def restore_training_state(content: dict[str, Tensors], model: nn.Module, optimizer: torch.optim.Optimizer,
-                           device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+                           device: torch.device) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """Put what :func:`load_training_state` read back into ``model``, ``optimizer`` and torch's generators;
-    return the carried hidden (h, c), each (L, B, H)."""
+    return the carried hidden state: (h, c), or a GRU's h, each (L, B, H)."""
     params, model_state = content[MODEL_FILE], model.state_dict()
     for name in params.keys() | model_state.keys():
         if name not in params or name not in model_state or params[name].shape != model_state[name].shape:
@@ -116,5 +123,6 @@ def restore_training_state(content: dict[str, Tensors], model: nn.Module, optimi
     torch.set_rng_state(rng["cpu"])
     if "cuda" in rng and device.type == "cuda":
         torch.cuda.set_rng_state(rng["cuda"], device)
-    carry = content[CARRY_FILE]
-    return carry["h"].to(device, model.fc.weight.dtype), carry["c"].to(device, model.fc.weight.dtype)
+    carry, dtype = content[CARRY_FILE], next(model.parameters()).dtype
+    hidden = tuple(carry[name].to(device, dtype) for name in ("h", "c") if name in carry)
+    return hidden if len(hidden) == 2 else hidden[0]

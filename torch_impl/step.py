@@ -18,9 +18,18 @@ from torch_impl.model import Hidden, SentimentRNN
 from torch_impl.numerics import autocast
 
 
-def make_optimizer(model: nn.Module, cfg: Config) -> torch.optim.Adam:
-    """Adam(lr=cfg.lr) with PyTorch's defaults: betas (0.9, 0.999), eps 1e-8."""
+def make_optimizer(model: nn.Module, cfg: Config) -> torch.optim.Optimizer:
+    """--optimizer adam: Adam(lr=cfg.lr) with PyTorch's defaults, betas (0.9, 0.999), eps 1e-8; sgd: SGD(lr=cfg.lr),
+    no momentum, ``p -= lr * grad`` (the LM example's update)."""
+    if cfg.optimizer == "sgd":
+        return torch.optim.SGD(model.parameters(), lr=cfg.lr)
     return torch.optim.Adam(model.parameters(), lr=cfg.lr)
+
+
+def set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:
+    """Every parameter group steps at ``lr`` from now on."""
+    for group in optimizer.param_groups:
+        group["lr"] = lr
 
 
 def to_device(batch: Batch, model: nn.Module) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

@@ -1,9 +1,11 @@
-"""Train the classic notebook's sentiment LSTM in PyTorch: ``python -m torch_impl.train [--epochs 4] ...``.
+"""Train the classic notebook's sentiment LSTM in PyTorch: ``python -m torch_impl.train [--epochs 4] ...``, or
+pytorch/examples' word-level language model: ``python -m torch_impl.train --workload lm [--cell gru] ...``.
 
 The loop is ``common.loop.train``, the same program as ``jax_impl.train``: the hidden state starts at zeros
 each epoch and is carried from batch to batch; :func:`torch_impl.step.train_step` detaches it at the start of
 every batch (``repackage_hidden``), then BCELoss on the sigmoid output, gradients clipped at ``--clip``, Adam.
-:class:`TorchTwin` is the PyTorch side of the loop. ``--no-detach`` reproduces the seed's famous error.
+:class:`TorchTwin` is the PyTorch side of the loop. ``--no-detach`` reproduces the seed's famous error. The language
+model's steps (:mod:`torch_impl.lm_step`) detach at every ``--bptt`` window in the same way.
 
 Several devices: ``torchrun --nproc_per_node N -m torch_impl.train ...`` trains the same global batches with
 DistributedDataParallel, each process on its slice of every batch (:mod:`torch_impl.distributed`).
@@ -27,11 +29,13 @@ from common.precision import BFLOAT16_RULES  # noqa: E402
 from common.runstate import Progress  # noqa: E402
 from torch_impl.distributed import (World, check_config, dropout_seed, join_process_group,  # noqa: E402
                                      leave_process_group, world_from_environment, wrap)
+from torch_impl import lm_step  # noqa: E402
+from torch_impl.lm_model import lm_model_from_config  # noqa: E402
 from torch_impl.model import Hidden, export_params, load_params, model_from_config  # noqa: E402
 from torch_impl.state import (load_training_state, restore_training_state, save_training_state,  # noqa: E402
                               write_checkpoint)
 from torch_impl.numerics import lstm_kernel, resolve_device, resolve_dtype, set_numerics  # noqa: E402
-from torch_impl.step import TrainState, eval_step, make_optimizer, train_step  # noqa: E402
+from torch_impl.step import TrainState, eval_step, make_optimizer, set_lr, train_step  # noqa: E402
 
 PROG = "python -m torch_impl.train"
 
@@ -45,19 +49,21 @@ def no_detach_message(err: RuntimeError) -> str:
 
 
 class TorchTwin:
-    """The PyTorch twin for ``common.loop``. Under torchrun (``world``) each process trains through DDP on its
-    rows of every batch and carries their hidden state; rank 0 prints and writes files."""
+    """The PyTorch twin for ``common.loop``, either workload. Under torchrun (``world``, the classifier) each process
+    trains through DDP on its rows of every batch and carries their hidden state; rank 0 prints and writes files."""
 
     def __init__(self, cfg: Config, vocab_size: int, device: torch.device, world: World | None):
-        self.cfg, self.world, self.device = cfg, world, device
+        self.cfg, self.world, self.device, self.lm = cfg, world, device, cfg.workload == "lm"
         numerics = set_numerics(cfg, device)  # before the model: its initialisation starts the intra-op threads
-        self.model = model_from_config(cfg, vocab_size).to(device=device, dtype=resolve_dtype(cfg.dtype))
+        model = lm_model_from_config(cfg, vocab_size) if self.lm else model_from_config(cfg, vocab_size)
+        self.model = model.to(device=device, dtype=resolve_dtype(cfg.dtype))
         self.is_main = world is None or world.is_main
-        self.rows = cfg.batch_size // (world.size if world else 1)
+        self.processes = world.size if world else 1
         kernel = lstm_kernel(cfg, device)
         self.record = {"framework": "torch", "torch": torch.__version__, "device": str(device),
-                       "devices": world.size if world else 1, "dtype": cfg.dtype, "lstm_impl": "nn.LSTM",
-                       "lstm_kernel": kernel, **numerics}
+                       "devices": self.processes, "dtype": cfg.dtype,
+                       "lstm_impl": f"nn.{cfg.cell.upper()}" if self.lm else "nn.LSTM", "lstm_kernel": kernel,
+                       **numerics}
         if cfg.dtype == "bfloat16":  # what autocast computes in bfloat16 with this kernel
             self.record["bfloat16"] = BFLOAT16_RULES[kernel]
 
@@ -70,13 +76,13 @@ class TorchTwin:
             trained = torch.compile(trained)
         return TrainState(trained, make_optimizer(self.model, self.cfg))
 
-    def init_carry(self) -> Hidden:
-        return self.model.init_hidden(self.rows)
+    def init_carry(self, batch_size: int | None = None) -> Hidden:
+        return self.model.init_hidden((batch_size or self.cfg.batch_size) // self.processes)
 
     def train_step(self, state: TrainState, carry: Hidden, batch: Batch) -> tuple[TrainState, Hidden, float]:
         batch = batch if self.world is None else self.world.part(batch)  # this rank's contiguous rows
         try:
-            state, carry, loss = train_step(state, carry, batch, self.cfg)
+            state, carry, loss = (lm_step.train_step if self.lm else train_step)(state, carry, batch, self.cfg)
         except RuntimeError as err:  # then ``carry`` is still the incoming one
             if not self.cfg.detach and carry[0].grad_fn is not None:  # it reaches into the previous batch's graph
                 raise ConfigError(no_detach_message(err)) from None
@@ -84,15 +90,21 @@ class TorchTwin:
         # Under DDP the mean over ranks: a NaN on one rank is a NaN on all, so every rank stops at this step.
         return state, carry, (loss if self.world is None else self.world.mean(loss)).item()
 
-    def eval_step(self, state: TrainState, batch: Batch) -> tuple[Any, Any]:
+    def eval_step(self, state: TrainState, carry: Any, batch: Any) -> tuple[Any, tuple[Any, Any]]:
+        model = state.model if self.cfg.torch_compile else self.model  # (under DDP state.model is the wrapper)
+        if self.lm:
+            return lm_step.eval_step(model, carry, batch, dtype=self.cfg.dtype)
         batch = batch if self.world is None else self.world.part(batch)
         if batch.size == 0:  # a last batch smaller than the number of ranks
-            return 0.0, 0
-        model = state.model if self.cfg.torch_compile else self.model  # (under DDP state.model is the wrapper)
-        return eval_step(model, batch, packed=self.cfg.padding == "right", dtype=self.cfg.dtype)
+            return carry, (0.0, 0)
+        return carry, eval_step(model, batch, packed=self.cfg.padding == "right", dtype=self.cfg.dtype)
 
-    def sum_over_processes(self, loss_sum: float, correct: int) -> tuple[float, int]:
-        return (loss_sum, correct) if self.world is None else tuple(self.world.sum(loss_sum, correct))
+    def sum_over_processes(self, loss_sum: float, second: float) -> tuple[float, float]:
+        return (loss_sum, second) if self.world is None else tuple(self.world.sum(loss_sum, second))
+
+    def set_lr(self, state: TrainState, lr: float) -> TrainState:
+        set_lr(state.optimizer, lr)
+        return state
 
     def export_params(self, state: TrainState) -> Params:
         return export_params(self.model)
@@ -127,6 +139,8 @@ def twin_maker(cfg: Config) -> Iterator[Callable[[Config, int], TorchTwin]]:
     if cfg.lstm_impl != "auto":
         raise ConfigError(f"--lstm-impl {cfg.lstm_impl} is JAX-only: PyTorch runs nn.LSTM (leave --lstm-impl auto)")
     world = world_from_environment()
+    if world is not None and cfg.workload == "lm":
+        raise ConfigError("the language model trains in one process: data parallelism (torchrun) is the classifier's")
     check_config(cfg, world)
     device = resolve_device(cfg.device)
     resolve_dtype(cfg.dtype)
@@ -149,7 +163,8 @@ def train(cfg: Config) -> dict[str, Any]:
 
 @cli_main
 def main(argv: Sequence[str] | None = None) -> int:
-    cfg = parse_config(argv, prog=PROG, description="Train the sentiment LSTM (PyTorch).")
+    cfg = parse_config(argv, prog=PROG, description="Train the sentiment LSTM or the word-level language model "
+                       "(PyTorch).")
     train(cfg)
     return 0
 

@@ -20,7 +20,7 @@ def evaluate(tiny, params, split):
     """``common.loop.evaluate`` through the JAX twin, running the session's compiled ``eval_step``."""
     twin = JaxTwin(tiny.cfg, len(tiny.data.vocab), tiny.device)
     twin.evaluate = tiny.eval_step
-    return loop.evaluate(twin, TrainState(params=params, opt_state=None, step=None), split, tiny.cfg.batch_size)
+    return loop.evaluate(twin, TrainState(params=params, opt_state=None, step=None), split, tiny.cfg)
 
 
 def first_batches(tiny, n=2):

@@ -166,6 +166,6 @@ def test_evaluate_reads_every_example_once(cfg, tiny_data):
     loss_sum, correct = (float(x) for x in eval_step(model, whole))
     twin = TorchTwin(cfg.replace(batch_size=5), len(tiny_data.vocab), torch.device("cpu"), None)
     twin.model = model
-    mean_loss, accuracy = evaluate(twin, None, split, 5)
+    mean_loss, accuracy = evaluate(twin, None, split, cfg.replace(batch_size=5))
     assert mean_loss == pytest.approx(loss_sum / len(split), rel=1e-12)
     assert accuracy == correct / len(split)
