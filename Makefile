@@ -10,8 +10,8 @@
 #                            (the same as: $(PYTHON) scripts/gpu_check.py --out DIR; no make needed)
 #
 # The install stamp's name is a hash of the install specs: changing any of them reinstalls. Set-up then builds the
-# JAX twin's native kernels (jax_impl/native/, g++ against the installed jaxlib and torch); a build that fails
-# leaves set-up working, its --lstm-impl n/a with the reason in jax_impl/native/build/NAME.json.
+# JAX twin's native kernels (jax_impl/recurrences/native/, g++ against the installed jaxlib and torch); a build that
+# fails leaves set-up working, its --lstm-impl n/a with the reason in jax_impl/recurrences/native/build/NAME.json.
 PYTHON        ?= python3
 ACCEL         ?= cpu
 TORCH_VERSION ?= 2.13.0
@@ -66,9 +66,10 @@ endif
 	$(PY) -m pip install -q -e ".[$(EXTRAS)]"
 	@echo '$(SPECS)' > $@
 
-NATIVE := jax_impl/native/build/.built
-$(NATIVE): $(STAMP) $(wildcard jax_impl/native/*.cc jax_impl/native/*.h jax_impl/native/*.py)
-	$(PY) -m jax_impl.native.build
+NATIVE_SRC := jax_impl/recurrences/native
+NATIVE := $(NATIVE_SRC)/build/.built
+$(NATIVE): $(STAMP) $(wildcard $(NATIVE_SRC)/*.cc $(NATIVE_SRC)/*.h $(NATIVE_SRC)/*.py)
+	$(PY) -m jax_impl.recurrences.native.build
 	@touch $@
 
 setup: $(STAMP) $(NATIVE)
@@ -87,4 +88,4 @@ gpu-check:
 	@$(PYTHON) scripts/gpu_check.py --out "$(OUT)" $(GPU_CHECK_ARGS)
 
 clean:
-	rm -rf .venv .venv-cuda bench-results .pytest_cache jax_impl/native/build
+	rm -rf .venv .venv-cuda bench-results .pytest_cache jax_impl/recurrences/native/build

@@ -1,9 +1,9 @@
 """Which GEMM the recurrence kernel runs: ``python -m benchmarks.gemm_choice [--reps N]``.
 
 Times one recurrence step's product, (B, H)·(H, 4H) at the seed's (50, 256)·(256, 1024), the way
-``jax_impl/native/lstm_kernel.cc`` runs it (a team of threads, each computing its own columns, meeting at a barrier
-after every product), for each candidate library in this environment: MKL's packed GEMM and plain sgemm (from the
-installed torch) and OpenBLAS's sgemm (from the installed numpy), on one thread and on the team; then the kernel's
+``jax_impl/recurrences/native/lstm_kernel.cc`` runs it (a team of threads, each computing its own columns, meeting at a
+barrier after every product), for each candidate library in this environment: MKL's packed GEMM and plain sgemm (from
+the installed torch) and OpenBLAS's sgemm (from the installed numpy), on one thread and on the team; then the kernel's
 own AVX-512 register tiles, on the team, as its forward runs them; for reference, XLA's own dot on the same shapes,
 chained as in a loop. Prints one Markdown table (benchmarks/PERFORMANCE.md records the figures): the kernel runs its
 tiles where the CPU has AVX-512, and the fastest library elsewhere.
@@ -36,9 +36,9 @@ def openblas_path() -> str:
 
 def library() -> ctypes.CDLL:
     """The microbenchmark's library (built here first where it is not), checked as every native library is
-    (:func:`jax_impl.native.validated`): a damaged one is one line, never a crash."""
-    from jax_impl import native
-    from jax_impl.native import build
+    (:func:`jax_impl.recurrences.native.validated`): a damaged one is one line, never a crash."""
+    from jax_impl.recurrences import native
+    from jax_impl.recurrences.native import build
     if native.unavailable("gemm_choice"):
         build.build(build.EXTENSIONS["gemm_choice"])
     lib = native.validated("gemm_choice")
@@ -49,7 +49,7 @@ def library() -> ctypes.CDLL:
 
 def native_reason() -> str | None:
     """Why the kernel's library cannot run here, or None."""
-    from jax_impl import kernel, native
+    from jax_impl.recurrences import kernel, native
     return native.unavailable(kernel.NAME)
 
 
@@ -88,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
         one, all_ = (lib.gemm_choice_gflops(name.encode(), m, k, n, t, args.reps, openblas_path().encode())
                      for t in (1, team))
         print(f"| {what} | " + " | ".join(f"{g:.0f}" if g > 0 else "n/a" for g in (one, all_)) + " |")
-    from jax_impl import kernel
+    from jax_impl.recurrences import kernel
     tiles = kernel.library().lstm_kernel_tile_gflops(m, k, args.reps) if not native_reason() else -1
     print(f"| lstm_kernel's AVX-512 register tiles | | {f'{tiles:.0f}' if tiles > 0 else 'n/a'} |")
     print(f"| XLA's dot in a fori_loop (its own threads) | | {xla_gflops(max(1, args.reps // 4)):.0f} |")

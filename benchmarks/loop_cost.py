@@ -10,7 +10,7 @@ XLA pieces (each jitted; T steps of a ``lax.scan`` unless said):
 - ``gate math``: the cell's activations and state update from given gates, no matmul;
 - ``gate math at once``: the same arithmetic over all T steps in one elementwise pass, no loop;
 - ``empty loop``: a loop that only reads its step's gate row and adds it to the carry;
-- ``fused recurrence``: the model's kernel (``jax_impl.recurrence``), matmul and gate math in one loop;
+- ``fused recurrence``: the model's kernel (``jax_impl.recurrences.fused``), matmul and gate math in one loop;
 - ``projection``: the layer's input projection, one (T·B, D)·(D, 4H) GEMM, as the model computes it;
 - ``onednn`` (where built): oneDNN's LSTM primitive through XLA's FFI, the input projection included;
 - ``kernel`` (where built): our recurrence kernel through XLA's FFI (``--lstm-impl kernel``), from given gates as
@@ -42,7 +42,7 @@ from jax import lax  # noqa: E402
 from benchmarks.stats import median_ci  # noqa: E402
 from common.config import Parser  # noqa: E402
 from common.errors import cli_main  # noqa: E402
-from jax_impl import kernel, native, onednn, recurrence  # noqa: E402
+from jax_impl.recurrences import fused, kernel, native, onednn  # noqa: E402
 from jax_impl.numerics import PRECISION, dot  # noqa: E402
 
 PROG = "python -m benchmarks.loop_cost"
@@ -83,11 +83,11 @@ def jax_pieces(b: int, t: int, h: int, d: int) -> dict[str, Callable[[], object]
 
     @jax.jit
     def projection(x, w):
-        return recurrence._project(x, w, bias, bias, PRECISION)
+        return fused._project(x, w, bias, bias, PRECISION)
 
     @jax.jit
     def fused(z, w):
-        return recurrence._recurrence(z, w, zeros, zeros, None, PRECISION)[1]  # the model's layer kernel
+        return fused._recurrence(z, w, zeros, zeros, None, PRECISION)[1]  # the model's layer kernel
 
     pieces = {"xla: dots": lambda: dots(zeros, w_hh), "xla: gate math": lambda: gate_math(gates),
               "xla: gate math at once": lambda: gate_math_at_once(gates), "xla: empty loop": lambda: empty_loop(gates),

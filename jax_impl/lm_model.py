@@ -11,9 +11,10 @@ first dot: ``{"encoder": {"weight"}, "rnn": {"weight_ih_l0", ...}, "decoder": {"
 and the tree has no ``decoder/weight``.
 
 The recurrence is one of :data:`LAYERS` (``impl``), each cell twice: ``scan`` (Flax ``nn.RNN`` over PyTorch's
-cells, :class:`jax_impl.stacks.TorchLSTMCell` and :class:`jax_impl.stacks.TorchGRUCell`: the reference) and ``flax``
-(``nn.RNN`` over Flax's stock ``nn.OptimizedLSTMCell`` and ``nn.GRUCell`` fed these weights; both represent PyTorch's
-cells exactly, see :func:`jax_impl.stacks.flax_gru_layer`). Every matmul runs at ``precision`` (``jax_impl.numerics``).
+cells, :class:`jax_impl.recurrences.stacks.TorchLSTMCell` and :class:`jax_impl.recurrences.stacks.TorchGRUCell`: the
+reference) and ``flax`` (``nn.RNN`` over Flax's stock ``nn.OptimizedLSTMCell`` and ``nn.GRUCell`` fed these weights;
+both represent PyTorch's cells exactly, see :func:`jax_impl.recurrences.stacks.flax_gru_layer`). Every matmul runs at
+``precision`` (``jax_impl.numerics``).
 """
 from functools import partial
 from typing import Any
@@ -27,11 +28,11 @@ import optax
 from common.errors import ConfigError
 from common.lm_params import GATES, INIT_RANGE, check_lm_sizes
 from common.params import Params
-from jax_impl import stacks
+from jax_impl.recurrences import choice, stacks
 from jax_impl.numerics import PRECISION, Array, compute_dtype, dot, matmul_precision
 
 # impl → cell → one layer: (xs (T, B, D), (w_ih, w_hh, b_ih, b_hh), carry, *, dtype, precision)
-# → (its final carry, its outputs (T, B, H)), run by jax_impl.stacks.stack_layers.
+# → (its final carry, its outputs (T, B, H)), run by jax_impl.recurrences.stacks.stack_layers.
 LAYERS = {
     "scan": {"lstm": stacks.torch_lstm_layer, "gru": stacks.torch_gru_layer},
     "flax": {"lstm": stacks.flax_lstm_layer, "gru": stacks.flax_gru_layer},
@@ -188,20 +189,9 @@ def from_flax(tree: Any, dtype: Any = np.float32) -> Params:
     return {f"{module}.{leaf}": np.array(tree[module][leaf], dtype) for module, leaf in names}
 
 
-def resolve_lm_impl(name: str) -> str:
-    """``--lstm-impl`` for the language model: ``scan`` or ``flax``; ``auto`` is ``scan`` (the reference; on the CPU
-    as fast as ``flax``, ``bench.py --workload lm`` measures both). The classifier's other implementations return the
-    last step's output only, where the language model reads every step's: refused."""
-    if name == "auto":
-        return "scan"
-    if name not in LAYERS:
-        raise ConfigError(f"--lstm-impl {name} serves the classifier only (it returns the last step's output; the "
-                          f"language model reads every step's): use {' or '.join(LAYERS)}, or auto")
-    return name
-
-
 def lm_model_from_config(cfg, vocab_size: int) -> RNNModel:
     """The language model ``cfg`` describes (``--cell``, ``--tied``, sizes, ``--dropout``, ``--lstm-impl``), computing
     in ``--dtype``, its matmuls at the precision ``--allow-tf32`` asks for."""
-    return RNNModel(vocab_size, cfg.embed_dim, cfg.hidden_dim, cfg.layers, cfg.cell, cfg.dropout, cfg.tied,
-                    resolve_lm_impl(cfg.lstm_impl), compute_dtype(cfg.dtype), matmul_precision(cfg.allow_tf32))
+    impl = choice.resolve(cfg.lstm_impl, choice.Run.of(cfg))
+    return RNNModel(vocab_size, cfg.embed_dim, cfg.hidden_dim, cfg.layers, cfg.cell, cfg.dropout, cfg.tied, impl,
+                    compute_dtype(cfg.dtype), matmul_precision(cfg.allow_tf32))

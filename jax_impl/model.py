@@ -6,15 +6,16 @@ that trains.
 
 :class:`SentimentRNN` holds the embedding table and hands it to :class:`LSTMStack`, which declares ``nn.LSTM``'s
 parameters (PyTorch's names and layout) and dropout masks and runs them through one of :data:`STACKS`
-(``--lstm-impl``). By default (``auto``, :func:`auto_lstm_impl`) that is ``kernel`` in float32 on one AVX-512 CPU
-device (:mod:`jax_impl.kernel`: our own recurrence kernel through XLA's FFI, layer by layer), else ``fused``,
-:func:`jax_impl.recurrence.embedding_lstm_stack`: two layers as one wavefront loop with hand-written gradients. The
-others: ``scan`` and ``flax`` (:mod:`jax_impl.stacks`, Flax ``nn.RNN`` differentiated by JAX; ``scan`` is the
-reference the others are tested against and, under bfloat16, computes as PyTorch's autocast does), ``cudnn``
-(:mod:`jax_impl.cudnn`, CUDA only) and ``onednn`` (:mod:`jax_impl.onednn`, oneDNN's LSTM through XLA's FFI, CPU only).
-Any checkpoint runs under any of them. Every matmul runs at the model's ``precision``: ``Precision.HIGHEST`` (full
-float32, so TF32 GPUs still agree with the CPU and PyTorch) unless ``--allow-tf32`` makes it ``DEFAULT``, in both
-twins. The carry is a tuple of L pairs ``(h, c)``, each (B, H), where PyTorch keeps two (L, B, H) stacks.
+(``--lstm-impl``, chosen by :mod:`jax_impl.recurrences.choice`). By default (``auto``) that is ``kernel`` in float32 on
+one AVX-512 CPU device (:mod:`jax_impl.recurrences.kernel`: our own recurrence kernel through XLA's FFI, layer by
+layer), else ``fused``, :func:`jax_impl.recurrences.fused.embedding_lstm_stack`: two layers as one wavefront loop with
+hand-written gradients. The others: ``scan`` and ``flax`` (:mod:`jax_impl.recurrences.stacks`, Flax ``nn.RNN``
+differentiated by JAX; ``scan`` is the reference the others are tested against and, under bfloat16, computes as
+PyTorch's autocast does), ``cudnn`` (:mod:`jax_impl.recurrences.cudnn`, CUDA only) and ``onednn``
+(:mod:`jax_impl.recurrences.onednn`, oneDNN's LSTM through XLA's FFI, CPU only). Any checkpoint runs under any of them.
+Every matmul runs at the model's ``precision``: ``Precision.HIGHEST`` (full float32, so TF32 GPUs still agree with the
+CPU and PyTorch) unless ``--allow-tf32`` makes it ``DEFAULT``, in both twins. The carry is a tuple of L pairs
+``(h, c)``, each (B, H), where PyTorch keeps two (L, B, H) stacks.
 """
 from typing import Any
 
@@ -22,58 +23,22 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from common.errors import ConfigError, UnsupportedError
-from jax_impl import cudnn, kernel, onednn, recurrence, stacks
+from jax_impl.recurrences import choice, cudnn, fused, kernel, onednn, stacks
 from jax_impl.numerics import PRECISION, compute_dtype, matmul_precision, param_dtype_for, to_bfloat16
-from jax_impl.stacks import Carry
+from jax_impl.recurrences.stacks import Carry
 
 Array = jax.Array
 
 # --lstm-impl → (the stack, the options it takes of LSTMStack's). Each stack is (table (V, E), tokens (T, B), weights,
 # carry, lengths, masks, **options) → the L final carries.
 STACKS = {
-    "fused": (recurrence.embedding_lstm_stack, ("embed_fold", "precision")),
+    "fused": (fused.embedding_lstm_stack, ("embed_fold", "precision")),
     "scan": (stacks.scan_stack, ("dtype", "precision")),
     "flax": (stacks.flax_cell_stack, ("dtype", "precision")),
     "cudnn": (cudnn.cudnn_stack, ("precision",)),
     "onednn": (onednn.onednn_stack, ("dtype",)),
     "kernel": (kernel.kernel_stack, ("embed_fold", "precision")),
 }
-
-
-def auto_lstm_impl(dtype: str, platform: str | None = None, devices: int = 1) -> tuple[str, str]:
-    """``--lstm-impl auto``'s choice and why: under bfloat16 the scan stack (PyTorch's mixed precision, which the
-    fused recurrence and the kernel do not implement); where our kernel computes, on one device with its AVX-512 tiles,
-    the kernel, the fastest on the CPU measured (``benchmarks/PERFORMANCE.md``); else the fused recurrence."""
-    if dtype == "bfloat16":
-        return "scan", "bfloat16: the scan stack computes PyTorch's mixed precision"
-    passed_over = kernel.passed_over_because(dtype, platform or jax.default_backend(), devices)
-    if passed_over is None:
-        return "kernel", "our kernel: float32 on one CPU device, with its AVX-512 tiles"
-    return "fused", f"XLA's fused recurrence, not our kernel: {passed_over}"
-
-
-def resolve_lstm_impl(name: str, dtype: str, platform: str | None = None, padding: str = "left",
-                      devices: int = 1) -> str:
-    """``--lstm-impl`` → the implementation that runs (auto: :func:`auto_lstm_impl`'s choice). ``platform``: the run's
-    JAX platform (default: JAX's default backend's), which cudnn needs to be a CUDA GPU, onednn and kernel the CPU;
-    ``padding``: ``--padding`` (onednn takes no sequence lengths); ``devices``: how many the run's mesh spans."""
-    if name == "auto":
-        return auto_lstm_impl(dtype, platform, devices)[0]
-    if name not in STACKS:
-        raise ConfigError(f"--lstm-impl must be one of auto, {', '.join(STACKS)}, got {name!r}")
-    if name == "fused" and dtype == "bfloat16":
-        raise UnsupportedError("--lstm-impl fused does not implement bfloat16's mixed precision (float32 parameters "
-                               "and carry); use --lstm-impl scan or auto")
-    if name == "cudnn":
-        cudnn.check_usable(dtype, platform or jax.default_backend())
-    if name == "onednn":
-        onednn.check_usable(dtype, padding, platform or jax.default_backend())
-    if name == "kernel":
-        kernel.check_usable(dtype, platform or jax.default_backend())
-    if name in ("onednn", "kernel") and devices > 1:
-        raise UnsupportedError(f"--lstm-impl {name} runs on one device: XLA cannot split a custom call over a mesh")
-    return name
 
 
 class LSTMStack(nn.Module):
@@ -167,10 +132,10 @@ class SentimentRNN(nn.Module):
 
 def model_from_config(cfg, vocab_size: int, platform: str | None = None, devices: int = 1) -> SentimentRNN:
     """The model a :class:`common.config.Config` describes: compute dtype ``cfg.dtype``, matmul precision from
-    ``cfg.allow_tf32``, and the LSTM implementation :func:`resolve_lstm_impl` picks for ``platform`` and a mesh of
-    ``devices``."""
+    ``cfg.allow_tf32``, and the LSTM implementation :func:`jax_impl.recurrences.choice.resolve` picks for ``platform``
+    and a mesh of ``devices``."""
     return SentimentRNN(vocab_size=vocab_size, embed_dim=cfg.embed_dim, hidden_dim=cfg.hidden_dim,
                         layers=cfg.layers, dropout=cfg.dropout, fc_dropout=cfg.fc_dropout,
                         dtype=compute_dtype(cfg.dtype),
-                        lstm_impl=resolve_lstm_impl(cfg.lstm_impl, cfg.dtype, platform, cfg.padding, devices),
+                        lstm_impl=choice.resolve(cfg.lstm_impl, choice.Run.of(cfg, platform, devices)),
                         precision=matmul_precision(cfg.allow_tf32), embed_fold=cfg.embed_fold)

@@ -25,7 +25,7 @@ from jax_impl.distributed import Where
 from jax_impl.loss import bce_loss, bce_per_example, predictions
 from jax_impl.model import SentimentRNN
 from jax_impl.numerics import compute_dtype, param_dtype_for
-from jax_impl.stacks import Carry
+from jax_impl.recurrences.stacks import Carry
 from jax_impl.optim import global_norm_torch, make_optimizer
 
 
@@ -142,7 +142,8 @@ def make_loss_fn(model: SentimentRNN, cfg: Config, *, truncate_chunks: bool = Tr
 def create_train_state(model: Any, cfg: Config, neutral_params: dict[str, np.ndarray],
                        device: Where | None = None, convert: Callable[..., Any] = to_flax) -> TrainState:
     """The starting state from neutral parameters (common.params.init_params or a checkpoint; ``convert``: the
-    workload's neutral → Flax tree): float32 params (float64 under --dtype float64), a fresh optimizer state, step 0."""
+    workload's neutral → Flax tree): float32 params (float64 under --dtype float64), a fresh optimizer state,
+    step 0."""
     params = jax.device_put(convert(neutral_params, dtype=param_dtype_for(model.dtype)), device)
     state = TrainState(params=params, opt_state=make_optimizer(cfg).init(params), step=np.int32(0))
     # One committed placement for all of it: jit compiles again when an argument switches between committed and

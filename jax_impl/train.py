@@ -4,8 +4,8 @@ or the word-level language model: ``python -m jax_impl.train --workload lm [--ce
 The loop is ``common.loop.train``, the same program as ``torch_impl.train`` (flags, data order, carry modes,
 log line, metrics JSONL, neutral and training checkpoints). :class:`JaxTwin` is the JAX side of it, a few
 lines over the pure, jitted steps of :mod:`jax_impl.step` (the language model's: :mod:`jax_impl.lm_step`), where
-the seed's ``h.detach()`` is ``jax.lax.stop_gradient(carry)``. ``--devices N`` runs the same jitted steps data-parallel over N devices:
-only where arrays are placed changes (:mod:`jax_impl.distributed`).
+the seed's ``h.detach()`` is ``jax.lax.stop_gradient(carry)``. ``--devices N`` runs the same jitted steps data-parallel
+over N devices: only where arrays are placed changes (:mod:`jax_impl.distributed`).
 """
 import math
 from contextlib import contextmanager
@@ -24,11 +24,12 @@ from common.errors import ConfigError, cli_main  # noqa: E402
 from common.params import Params  # noqa: E402
 from common.precision import BFLOAT16_RULES  # noqa: E402
 from common.runstate import Progress  # noqa: E402
-from jax_impl import kernel, lm_model, onednn, rng_lowering, xla_env  # noqa: E402
+from jax_impl import lm_model, rng_lowering, xla_env  # noqa: E402
+from jax_impl.recurrences import choice, kernel, onednn  # noqa: E402
 from jax_impl.convert import from_flax, to_flax  # noqa: E402
 from jax_impl.lm_step import make_lm_eval_step, make_lm_train_step, window_to_device  # noqa: E402
 from jax_impl.distributed import placement  # noqa: E402
-from jax_impl.model import auto_lstm_impl, model_from_config, resolve_lstm_impl  # noqa: E402
+from jax_impl.model import model_from_config  # noqa: E402
 from jax_impl.numerics import param_dtype_for  # noqa: E402
 from jax_impl.optim import set_lr  # noqa: E402
 from jax_impl.state import load_training_state, save_training_state  # noqa: E402
@@ -68,8 +69,8 @@ class JaxTwin:
                        "devices": self.place.devices, "dtype": cfg.dtype, "lstm_impl": impl,
                        "flush_denormal": device.platform == "cpu", "allow_tf32": cfg.allow_tf32,
                        "matmul_precision": self.model.precision.name.lower(), **xla_env.record()}
-        if cfg.lstm_impl == "auto" and not self.lm:  # which implementation the default ran, and why that one
-            self.record["lstm_impl_auto"] = auto_lstm_impl(cfg.dtype, device.platform, self.place.devices)[1]
+        if cfg.lstm_impl == "auto":  # which implementation the default ran, and why that one
+            self.record["lstm_impl_auto"] = choice.auto(choice.Run.of(cfg, device.platform, self.place.devices))[1]
         if device.platform == "cpu":
             self.record["threefry_lowering"] = "unrolled" if unrolled else "rolled (JAX's default on the CPU)"
         if impl == "onednn":  # the vendor kernel's version, threads and measured float rule
@@ -125,10 +126,7 @@ def twin_maker(cfg: Config) -> Iterator[Callable[[Config, int], JaxTwin]]:
     benchmark's workers build theirs through it too."""
     resolve_dtype(cfg.dtype)
     device = resolve_device(cfg.device)
-    if cfg.workload == "lm":  # either fails before the data is read
-        lm_model.resolve_lm_impl(cfg.lstm_impl)
-    else:
-        resolve_lstm_impl(cfg.lstm_impl, cfg.dtype, device.platform, cfg.padding)
+    choice.resolve(cfg.lstm_impl, choice.Run.of(cfg, device.platform))  # fails before the data is read
     with jax.default_device(device):
         yield lambda cfg, vocab_size: JaxTwin(cfg, vocab_size, device)
 

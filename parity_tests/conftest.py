@@ -22,7 +22,7 @@ from common.batches import Batch, batches
 from common.config import Config
 from common.data import Dataset, prepare_data
 from common.params import Params, init_params
-from jax_impl.model import auto_lstm_impl
+from jax_impl.recurrences.choice import Run, auto
 # The JAX tests' conftest also brings XLA_PYTHON_CLIENT_PREALLOCATE=false (processes share a GPU) and the autouse
 # cpu_by_default: both twins on the CPU unless a test says otherwise (PyTorch's helpers default to "cpu").
 from jax_impl.tests.conftest import NEUTRAL, cpu_by_default  # noqa: F401
@@ -82,7 +82,23 @@ def _is_float64_item(item) -> bool:
     return item.path.name == "test_float64.py"
 
 
+def pytest_addoption(parser):
+    parser.addoption("--workload", choices=("all", "classifier", "lm"), default="all",
+                     help="parity_tests: the checks of one workload only (the language model's carry 'lm' in their "
+                          "names); all (the default, what make test runs) runs both")
+
+
+def is_lm_item(item) -> bool:
+    return "lm" in item.name.split("[")[0].split("_") or item.path.name.startswith("test_lm_")
+
+
 def pytest_collection_modifyitems(session, config, items):
+    workload = config.getoption("--workload")
+    if workload != "all":
+        keep = [item for item in items if item.path.parent.name != "parity_tests" or is_lm_item(item) == (
+            workload == "lm")]
+        config.hook.pytest_deselected(items=[item for item in items if item not in keep])
+        items[:] = keep
     # The float64 tests wait for the background run: put them last, so everything else overlaps with it.
     items.sort(key=_is_float64_item)  # stable: the order within each group is kept
 
@@ -106,7 +122,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     if not report.ROWS:
         return
     terminalreporter.write_sep("=", "parity report: PyTorch twin vs JAX twin")
-    chosen, why = auto_lstm_impl("float32", "cpu")  # the implementation of the rows not named after one
+    chosen, why = auto(Run(platform="cpu"))  # the implementation of the rows not named after one
     terminalreporter.write_line(f"JAX's default, --lstm-impl auto, in float32 here: {chosen} ({why})")
     for line in report.format_table(report.ROWS):
         terminalreporter.write_line(line)

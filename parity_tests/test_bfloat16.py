@@ -1,8 +1,9 @@
 """bfloat16: each twin's mixed precision against its own float32, and the two against each other. Float32 parity is
 rounding; bfloat16 parity is a band, measured here and held with a factor of safety. What each twin computes in
 bfloat16 (``common.precision``) was found by replaying PyTorch's autocast exactly (docs/mixed-precision.md); the JAX
-scan stack follows it (:class:`jax_impl.stacks.AutocastLSTMCell`), so one forward pass agrees to a few float32-level
-flips of a bfloat16 rounding, and 50 training steps stay within a band a quarter of each twin's own bfloat16 drift.
+scan stack follows it (:class:`jax_impl.recurrences.stacks.AutocastLSTMCell`), so one forward pass agrees to a few
+float32-level flips of a bfloat16 rounding, and 50 training steps stay within a band a quarter of each twin's own
+bfloat16 drift.
 
 Configuration: the trajectory one (real corpus, B 50, T 100, E 32, H 32, L 2, dropout 0), the seed's left padding
 (oneDNN's rules in both twins) and right padding (packed: PyTorch's ATen cell, and its rules in JAX).
@@ -17,7 +18,7 @@ import pytest
 import torch
 
 from common.config import Config
-from jax_impl import stacks
+from jax_impl.recurrences import stacks
 from jax_impl import step as jax_step
 from jax_impl.loss import sigmoid
 from jax_impl.numerics import bfloat16_dot, round_to, to_bfloat16

@@ -18,10 +18,10 @@ import torch
 
 from common.batches import Batch
 from common.errors import UnsupportedError
-from jax_impl import native
+from jax_impl.recurrences import native
 from jax_impl import step as jax_step
 from jax_impl.loss import sigmoid
-from jax_impl.model import auto_lstm_impl
+from jax_impl.recurrences.choice import Run, auto
 from parity_tests import report
 from parity_tests.configs import TRAJECTORY_MODES, TRAJECTORY_STEPS
 from parity_tests.conftest import nonzero_carry
@@ -34,7 +34,7 @@ from parity_tests.twins import (flax_module, flax_params, jax_carry, jax_loss_gr
 from torch_impl.step import to_device
 
 LIBRARIES = {"fused": None, "onednn": "onednn_lstm", "kernel": "lstm_kernel"}  # the native library each needs
-DEFAULT = auto_lstm_impl("float32", "cpu")[0]  # the default rows' implementation (test_forward, test_trajectories...)
+DEFAULT = auto(Run(platform="cpu"))[0]  # the default rows' implementation (test_forward, test_trajectories...)
 # The paddings each computes, for every implementation but the default's.
 PADDINGS = {impl: paddings for impl, paddings in
             {"fused": ("left", "right"), "onednn": ("left",), "kernel": ("left", "right")}.items() if impl != DEFAULT}
@@ -120,5 +120,5 @@ def test_training_trajectories_agree_for_200_steps(trajectory_setup, jax_twins, 
 
 def test_onednn_refuses_right_padding_in_one_line(seed_setup):
     needs_library("onednn")
-    with pytest.raises(UnsupportedError, match=r"^--lstm-impl onednn takes no sequence lengths \(--padding right\)"):
+    with pytest.raises(UnsupportedError, match=r"^--lstm-impl onednn: it takes no sequence lengths \(--padding right\)"):
         flax_module(seed_setup.cfg.replace(lstm_impl="onednn", padding="right"), seed_setup.vocab_size)

@@ -184,9 +184,9 @@ def stack_checks(shape: dict, device, cuda: bool) -> list[dict]:
     import jax
     import jax.numpy as jnp
 
-    from jax_impl.cudnn import cudnn_stack
-    from jax_impl.stacks import scan_stack
-    from jax_impl.recurrence import embedding_lstm_stack
+    from jax_impl.recurrences.cudnn import cudnn_stack
+    from jax_impl.recurrences.stacks import scan_stack
+    from jax_impl.recurrences.fused import embedding_lstm_stack
 
     params, (table, tokens, weights, carry, lengths, masks) = stack_inputs(shape, device)
     fused = lambda *a: embedding_lstm_stack(*a)  # noqa: E731
@@ -235,7 +235,7 @@ def torch_checks(params, shape, table, tokens, weights, carry, lengths) -> list[
     from torch.nn.utils.rnn import pack_padded_sequence
 
     from common.config import Config
-    from jax_impl.cudnn import cudnn_stack
+    from jax_impl.recurrences.cudnn import cudnn_stack
     from torch_impl.model import SentimentRNN, load_params
     from torch_impl.numerics import set_numerics
 

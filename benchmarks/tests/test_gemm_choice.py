@@ -4,7 +4,7 @@ import re
 import pytest
 
 from benchmarks import gemm_choice
-from jax_impl import kernel, native
+from jax_impl.recurrences import kernel, native
 
 
 @pytest.mark.skipif(native.unavailable("lstm_kernel") is not None, reason=str(native.unavailable("lstm_kernel")))

@@ -221,8 +221,8 @@ def test_a_second_sigint_while_the_first_is_on_its_way_out_keeps_its_message(pyt
     assert (proc.returncode, proc.stdout, proc.stderr) == (130, "", "interrupted at step 3\n")
 
 
-# Each command line, sent SIGINT as one of its heavy modules starts to load (jax_impl.native.build imports none: its
-# package's imports run before its first line).
+# Each command line, sent SIGINT as one of its heavy modules starts to load (jax_impl.recurrences.native.build imports
+# none: its package's imports run before its first line).
 LOADING = {"jax_impl.train": "flax", "torch_impl.train": "torch.nn", "jax_impl.predict": "jax",
            "torch_impl.predict": "torch", "torch_impl.import_model": "torch", "torch_impl.export_model": "torch",
            "common.data": "numpy", "benchmarks/bench.py": "benchmarks.convergence", "benchmarks.worker": "numpy",

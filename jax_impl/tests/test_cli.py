@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from common.checkpoint import load_checkpoint, save_checkpoint
-from jax_impl.model import auto_lstm_impl
+from jax_impl.recurrences.choice import Run, auto
 from jax_impl.predict import predict_probs
 from jax_impl.train import main
 
@@ -77,7 +77,7 @@ def test_three_steps_on_the_real_corpus(tmp_path, capsys):
     # A fresh model on a balanced corpus: the loss is near log 2 (within 0.1).
     assert all(abs(r["loss"] - np.log(2)) < 0.1 for r in records[1:])
     # The first record says what ran: the resolved LSTM implementation among it.
-    chosen, why = auto_lstm_impl("float32", "cpu")  # our kernel where built for an AVX-512 CPU, else fused
+    chosen, why = auto(Run(platform="cpu"))  # our kernel where built for an AVX-512 CPU, else fused
     assert records[0]["step"] == 0 and records[0]["run"]["lstm_impl"] == chosen
     assert records[0]["run"]["lstm_impl_auto"] == why
     assert records[0]["run"]["framework"] == "jax" and records[0]["run"]["dtype"] == "float32"

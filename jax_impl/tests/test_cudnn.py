@@ -8,9 +8,9 @@ from jax.experimental import rnn
 
 from common.errors import ConfigError, UnsupportedError
 from common.params import init_params
-from jax_impl.cudnn import cudnn_stack, pack_weights
-from jax_impl.model import resolve_lstm_impl
-from jax_impl.recurrence import embedding_lstm_stack
+from jax_impl.recurrences.cudnn import cudnn_stack, pack_weights
+from jax_impl.recurrences.choice import Run, resolve
+from jax_impl.recurrences.fused import embedding_lstm_stack
 from jax_impl.train import main
 
 V, E, H, L, B, T = 13, 6, 5, 2, 3, 9
@@ -60,22 +60,22 @@ def test_jaxs_reference_lstm_on_the_packed_weights_is_the_projects_recurrence(se
         np.testing.assert_allclose(np.asarray(c_n[k]), np.asarray(c), atol=1e-5)
 
 
-def test_cudnn_without_a_cuda_gpu_is_a_config_error_naming_the_backend():
-    with pytest.raises(ConfigError, match=r"^cudnn LSTM needs a CUDA GPU; this backend is cpu$"):
-        resolve_lstm_impl("cudnn", "float32", "cpu")
-    with pytest.raises(ConfigError, match="computes float32 only"):
-        resolve_lstm_impl("cudnn", "float64", "gpu")
+def test_cudnn_without_a_cuda_gpu_is_refused_naming_the_backend():
+    with pytest.raises(UnsupportedError, match=r"^--lstm-impl cudnn: it needs a CUDA GPU, and this backend is cpu$"):
+        resolve("cudnn", Run(platform="cpu"))
+    with pytest.raises(UnsupportedError, match="computes float32 only"):
+        resolve("cudnn", Run(dtype="float64", platform="gpu"))
 
 
 def test_cudnn_under_bfloat16_is_unsupported_in_the_librarys_own_words():
     words = r'jax.experimental.rnn says "bfloat16 support not implemented for LSTM"'
     with pytest.raises(UnsupportedError, match=words):
-        resolve_lstm_impl("cudnn", "bfloat16", "gpu")
+        resolve("cudnn", Run(dtype="bfloat16", platform="gpu"))
 
 
 def test_cudnn_on_the_cpu_is_one_line_and_exit_status_2(capsys):
     assert main(["--lstm-impl", "cudnn", "--device", "cpu"]) == 2
-    assert capsys.readouterr().err == "error: cudnn LSTM needs a CUDA GPU; this backend is cpu\n"
+    assert capsys.readouterr().err == "error: --lstm-impl cudnn: it needs a CUDA GPU, and this backend is cpu\n"
 
 
 @pytest.mark.gpu

@@ -17,16 +17,16 @@ import numpy as np
 import pytest
 
 from common.errors import UnsupportedError
-from jax_impl import kernel, native, recurrence
-from jax_impl.model import auto_lstm_impl, resolve_lstm_impl
+from jax_impl.recurrences import fused, kernel, native
+from jax_impl.recurrences.choice import Run, auto, resolve
 from jax_impl.numerics import dot
-from jax_impl.tests.test_recurrence import (LENGTHS, _assert_close, _embedding_args, _stack_loss,
+from jax_impl.tests.test_fused import (LENGTHS, _assert_close, _embedding_args, _stack_loss,
                                             assert_stack_matches_reference, reference_stack)
 
 needs_library = pytest.mark.skipif(native.unavailable(kernel.NAME) is not None,
                                    reason=str(native.unavailable(kernel.NAME)))
 # The kernel's GEMM and SLEEF's functions against XLA's: the same float32 function rounded differently, a few ulps
-# of each array's scale (as the fused stack against the reference, test_recurrence).
+# of each array's scale (as the fused stack against the reference, test_fused).
 REL_TOL = 2e-5
 HIGHEST = jax.lax.Precision.HIGHEST
 
@@ -82,7 +82,7 @@ def test_every_split_of_the_units_over_the_threads_computes_the_xla_recurrence(h
     # 40 units: blocks of 16, 16 and 8 over two threads; 70: a last block of 6 lanes; 1: one thread, one lane.
     args, lengths, cotangents = _recurrence_args(hidden)
     got = _outputs_and_gradients(lambda *a: kernel_layer(*a, lengths), args, cotangents)
-    want = _outputs_and_gradients(lambda *a: recurrence.xla_recurrence(*a, lengths, HIGHEST), args, cotangents)
+    want = _outputs_and_gradients(lambda *a: fused.xla_recurrence(*a, lengths, HIGHEST), args, cotangents)
     _assert_close(got, want, REL_TOL)
 
 
@@ -101,11 +101,11 @@ def _projected_layers(lengths):
     """The kernel projecting x itself, and XLA's projection followed by XLA's recurrence, on (x, w_ih, bias, w_hh, h0,
     c0)."""
     def in_kernel(x, w_ih, bias, w_hh, h0, c0):
-        return kernel.kernel_recurrence(recurrence.LayerInput(x, w_ih, bias), w_hh, h0, c0, lengths, HIGHEST)
+        return kernel.kernel_recurrence(fused.LayerInput(x, w_ih, bias), w_hh, h0, c0, lengths, HIGHEST)
 
     def in_xla(x, w_ih, bias, w_hh, h0, c0):
-        gates_x = recurrence._project(x, w_ih, bias, jnp.zeros_like(bias), HIGHEST)
-        return recurrence.xla_recurrence(gates_x, w_hh, h0, c0, lengths, HIGHEST)
+        gates_x = fused._project(x, w_ih, bias, jnp.zeros_like(bias), HIGHEST)
+        return fused.xla_recurrence(gates_x, w_hh, h0, c0, lengths, HIGHEST)
     return in_kernel, in_xla
 
 
@@ -138,12 +138,12 @@ def _table_layers(tokens, lengths):
     """The kernel folding the embedding itself (the used rows projected), and XLA's fold (the whole table projected,
     its rows gathered by the tokens) followed by XLA's recurrence, on (table, w_ih, bias, w_hh, h0, c0)."""
     def in_kernel(table, w_ih, bias, w_hh, h0, c0):
-        return kernel.kernel_recurrence(recurrence.TableInput(table, tokens, w_ih, bias), w_hh, h0, c0, lengths,
+        return kernel.kernel_recurrence(fused.TableInput(table, tokens, w_ih, bias), w_hh, h0, c0, lengths,
                                         HIGHEST)
 
     def in_xla(table, w_ih, bias, w_hh, h0, c0):
         table_gates = dot(table, w_ih.T, HIGHEST) + bias
-        return recurrence.xla_recurrence(jnp.take(table_gates, tokens, axis=0), w_hh, h0, c0, lengths, HIGHEST)
+        return fused.xla_recurrence(jnp.take(table_gates, tokens, axis=0), w_hh, h0, c0, lengths, HIGHEST)
     return in_kernel, in_xla
 
 
@@ -217,7 +217,7 @@ def test_every_thread_flushes_denormals_as_xla_does():
     full = jnp.full_like(lengths, args[0].shape[0])
     _, (_, _, dh0, _) = _outputs_and_gradients(lambda *a: kernel_layer(*a, full), args,
                                                cotangents)
-    _, (_, _, dh0_xla, _) = _outputs_and_gradients(lambda *a: recurrence.xla_recurrence(*a, None, HIGHEST), args,
+    _, (_, _, dh0_xla, _) = _outputs_and_gradients(lambda *a: fused.xla_recurrence(*a, None, HIGHEST), args,
                                                    cotangents)
     assert np.count_nonzero(dh0_xla) == np.count_nonzero(dh0) == 0
 
@@ -230,7 +230,7 @@ def test_every_thread_of_the_team_takes_the_callers_float_rules_however_it_was_s
 
 @needs_library
 def test_the_team_has_as_many_threads_as_openmp_offers_and_no_more_than_unit_blocks():
-    code = ("from jax_impl import kernel\n"
+    code = ("from jax_impl.recurrences import kernel\n"
             "print(kernel.describe(256)['kernel_threads'], kernel.describe(16)['kernel_threads'])\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
                          env={**os.environ, "OMP_NUM_THREADS": "3"}).stdout.split()
@@ -238,20 +238,20 @@ def test_the_team_has_as_many_threads_as_openmp_offers_and_no_more_than_unit_blo
 
 
 @pytest.mark.parametrize("dtype,platform,refusal", [
-    ("float64", "cpu", r"^--lstm-impl kernel computes float32 only, not float64; use --lstm-impl scan or auto$"),
-    ("bfloat16", "cpu", r"^--lstm-impl kernel computes float32 only, not bfloat16; use --lstm-impl scan or auto$"),
-    ("float32", "gpu", r"^--lstm-impl kernel is a CPU kernel; this backend is gpu$"),
+    ("float64", "cpu", r"^--lstm-impl kernel: it computes float32 only, not float64; use scan or auto$"),
+    ("bfloat16", "cpu", r"^--lstm-impl kernel: it computes float32 only, not bfloat16; use scan or auto$"),
+    ("float32", "gpu", r"^--lstm-impl kernel: it is a CPU kernel, and this backend is gpu$"),
 ])
 def test_what_the_kernel_cannot_compute_is_refused_in_one_line(dtype, platform, refusal):
     with pytest.raises(UnsupportedError, match=refusal):
-        resolve_lstm_impl("kernel", dtype, platform)
+        resolve("kernel", Run(dtype=dtype, platform=platform))
 
 
 @needs_library
 def test_auto_runs_the_kernel_in_float32_on_one_cpu_device_with_avx512():
     if not kernel.library().lstm_kernel_vectorised():
         pytest.skip("this CPU has no AVX-512")
-    assert auto_lstm_impl("float32", "cpu") == (
+    assert auto(Run(platform="cpu")) == (
         "kernel", "our kernel: float32 on one CPU device, with its AVX-512 tiles")
 
 
@@ -259,7 +259,7 @@ def test_auto_runs_the_kernel_in_float32_on_one_cpu_device_with_avx512():
 def test_auto_passes_over_the_kernels_portable_path_for_xlas_recurrence():
     previous = kernel.library().lstm_kernel_set_vectorised(0)  # as on a CPU without AVX-512
     try:
-        assert auto_lstm_impl("float32", "cpu") == ("fused", "XLA's fused recurrence, not our kernel: this CPU has no "
+        assert auto(Run(platform="cpu")) == ("fused", "XLA's fused recurrence, not our kernel: this CPU has no "
                                                     "AVX-512, and the kernel's portable path was not measured faster "
                                                     "than XLA's")
     finally:
@@ -269,7 +269,7 @@ def test_auto_passes_over_the_kernels_portable_path_for_xlas_recurrence():
 def test_auto_passes_over_a_kernel_that_was_not_built_saying_why(tmp_path, monkeypatch):
     monkeypatch.setattr(native, "BUILD_DIR", tmp_path)
     (tmp_path / "lstm_kernel.json").write_text(json.dumps({"built": False, "reason": "no g++ on PATH"}))
-    assert auto_lstm_impl("float32", "cpu") == (
+    assert auto(Run(platform="cpu")) == (
         "fused", "XLA's fused recurrence, not our kernel: the native lstm_kernel library is not available: no g++ on "
                  "PATH")
 
@@ -277,5 +277,6 @@ def test_auto_passes_over_a_kernel_that_was_not_built_saying_why(tmp_path, monke
 def test_a_kernel_that_was_not_built_is_refused_with_the_builds_reason(tmp_path, monkeypatch):
     monkeypatch.setattr(native, "BUILD_DIR", tmp_path)
     (tmp_path / "lstm_kernel.json").write_text(json.dumps({"built": False, "reason": "no g++ on PATH"}))
-    with pytest.raises(UnsupportedError, match=r"^the native lstm_kernel library is not available: no g\+\+ on PATH$"):
-        resolve_lstm_impl("kernel", "float32", "cpu")
+    with pytest.raises(UnsupportedError, match=r"^--lstm-impl kernel: the native lstm_kernel library is not "
+                                               r"available: no g\+\+ on PATH$"):
+        resolve("kernel", Run(platform="cpu"))

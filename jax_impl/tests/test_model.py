@@ -8,7 +8,8 @@ import pytest
 from jax_impl.convert import to_flax
 from common.errors import ConfigError, UnsupportedError
 from common.config import Config
-from jax_impl.model import STACKS, SentimentRNN, auto_lstm_impl, model_from_config, resolve_lstm_impl
+from jax_impl.recurrences.choice import Run, auto, resolve
+from jax_impl.model import STACKS, SentimentRNN, model_from_config
 
 B, T, V, E, H, L = 3, 7, 11, 8, 16, 2
 CPU_IMPLEMENTATIONS = sorted(set(STACKS) - {"cudnn"})  # cudnn: jax_impl/tests/test_cudnn.py
@@ -19,7 +20,7 @@ def refusal(impl: str, dtype: str = "float32", padding: str = "left") -> str | N
     lengths), or None where it computes them. A test of what a stack cannot compute is skipped with that line; the
     refusal itself is tested beside the stack (test_onednn.py)."""
     try:
-        resolve_lstm_impl(impl, dtype, "cpu", padding)
+        resolve(impl, Run(dtype=dtype, platform="cpu", padding=padding))
     except UnsupportedError as error:
         return str(error)
     return None
@@ -208,34 +209,35 @@ def test_each_implementation_agrees_with_scan_in_logits_carry_and_gradients_with
 @pytest.mark.parametrize("dtype,platform,devices,chosen,why", [
     ("bfloat16", "cpu", 1, "scan", "bfloat16: the scan stack computes PyTorch's mixed precision"),
     ("bfloat16", "gpu", 1, "scan", "bfloat16: the scan stack computes PyTorch's mixed precision"),
-    ("float64", "cpu", 1, "fused", "XLA's fused recurrence, not our kernel: it computes float32 only, not float64"),
+    ("float64", "cpu", 1, "fused", "XLA's fused recurrence, not our kernel: it computes float32 only, not float64; "
+                                   "use scan or auto"),
     ("float32", "gpu", 1, "fused", "XLA's fused recurrence, not our kernel: it is a CPU kernel, and this backend is "
                                    "gpu"),
-    ("float32", "cpu", 2, "fused", "XLA's fused recurrence, not our kernel: it runs on one device, and this run's "
-                                   "mesh has 2"),
+    ("float32", "cpu", 2, "fused", "XLA's fused recurrence, not our kernel: it runs on one device: XLA cannot split "
+                                   "a custom call over a mesh"),
 ])
 def test_auto_picks_scan_under_bfloat16_and_fused_wherever_the_kernel_does_not_run(dtype, platform, devices, chosen,
                                                                                     why):
-    assert auto_lstm_impl(dtype, platform, devices) == (chosen, why)
-    assert resolve_lstm_impl("auto", dtype, platform, devices=devices) == chosen
+    assert auto(Run(dtype=dtype, platform=platform, devices=devices)) == (chosen, why)
+    assert resolve("auto", Run(dtype=dtype, platform=platform, devices=devices)) == chosen
 
 
 @pytest.mark.parametrize("impl", ["onednn", "kernel"])
 def test_a_native_kernel_named_over_a_mesh_is_refused_in_one_line(impl):
     skip_unless_computed(impl)
-    with pytest.raises(UnsupportedError, match=rf"^--lstm-impl {impl} runs on one device: XLA cannot split a custom "
-                                               r"call over a mesh$"):
-        resolve_lstm_impl(impl, "float32", "cpu", devices=2)
+    with pytest.raises(UnsupportedError, match=rf"^--lstm-impl {impl}: it runs on one device: XLA cannot split a "
+                                               r"custom call over a mesh$"):
+        resolve(impl, Run(platform="cpu", devices=2))
 
 
 def test_a_named_implementation_resolves_to_itself():
-    assert resolve_lstm_impl("scan", "float32") == "scan"
-    assert resolve_lstm_impl("fused", "float32", "cpu", devices=2) == "fused"
+    assert resolve("scan", Run()) == "scan"
+    assert resolve("fused", Run(platform="cpu", devices=2)) == "fused"
 
 
 def test_fused_under_bfloat16_is_refused_in_one_line_naming_the_alternatives():
-    with pytest.raises(ConfigError, match=r"^--lstm-impl fused does not implement bfloat16.*use --lstm-impl scan"):
-        resolve_lstm_impl("fused", "bfloat16")
+    with pytest.raises(ConfigError, match=r"^--lstm-impl fused: it does not implement bfloat16.*use scan or auto"):
+        resolve("fused", Run(dtype="bfloat16"))
 
 
 @pytest.mark.parametrize("allow_tf32,name", [(False, "HIGHEST"), (True, "DEFAULT")])

@@ -6,8 +6,8 @@ import shutil
 
 import pytest
 
-from jax_impl import native
-from jax_impl.native import build
+from jax_impl.recurrences import native
+from jax_impl.recurrences.native import build
 
 
 @pytest.fixture

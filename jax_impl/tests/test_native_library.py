@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 
 from common.errors import UnsupportedError
-from jax_impl import kernel, native, onednn
-from jax_impl.model import auto_lstm_impl, resolve_lstm_impl
+from jax_impl.recurrences import kernel, native, onednn
+from jax_impl.recurrences.choice import Run, auto, resolve
 
-REBUILD = "rebuild it with make setup (or python -m jax_impl.native.build {})"
+REBUILD = "rebuild it with make setup (or python -m jax_impl.recurrences.native.build {})"
 LIBRARY_BYTES = b"\x7fELF not really a library, " * 40  # what the checks read; never loaded where they fail
 
 
@@ -126,7 +126,7 @@ def test_a_library_without_a_build_record_is_not_loaded(build_dir, no_dlopen):
 def test_nothing_built_says_how_to_build(build_dir):
     assert native.unavailable(kernel.NAME) == (
         "the native lstm_kernel library is not available: not built; build it with make setup (or python -m "
-        "jax_impl.native.build lstm_kernel)")
+        "jax_impl.recurrences.native.build lstm_kernel)")
 
 
 def test_a_library_that_does_not_load_is_one_line(build_dir):
@@ -160,11 +160,11 @@ def test_a_library_is_hashed_once_per_process(build_dir, monkeypatch):
 def test_auto_falls_back_to_fused_saying_why_before_asking_the_library_anything(build_dir, no_dlopen):
     path = record_build(build_dir, kernel.NAME, LIBRARY_BYTES)
     path.write_bytes(LIBRARY_BYTES[:100])
-    assert auto_lstm_impl("float32", "cpu") == (
+    assert auto(Run(platform="cpu")) == (
         "fused", f"XLA's fused recurrence, not our kernel: the native lstm_kernel library {path} is 100 bytes, not "
                  f"the {len(LIBRARY_BYTES)} its build recorded (truncated or replaced since); "
                  f"{REBUILD.format('lstm_kernel')}")
-    assert resolve_lstm_impl("auto", "float32", "cpu") == "fused"
+    assert resolve("auto", Run(platform="cpu")) == "fused"
 
 
 @pytest.mark.parametrize("impl,name", [("kernel", kernel.NAME), ("onednn", onednn.NAME)])
@@ -172,8 +172,9 @@ def test_a_named_implementation_on_a_damaged_library_is_refused_in_one_line(buil
     path = record_build(build_dir, name, LIBRARY_BYTES)
     path.write_bytes(LIBRARY_BYTES[:100])
     with pytest.raises(UnsupportedError) as refused:
-        resolve_lstm_impl(impl, "float32", "cpu")
-    assert str(refused.value) == (f"the native {name} library {path} is 100 bytes, not the {len(LIBRARY_BYTES)} its "
+        resolve(impl, Run(platform="cpu"))
+    assert str(refused.value) == (f"--lstm-impl {impl}: the native {name} library {path} is 100 bytes, not the "
+                                  f"{len(LIBRARY_BYTES)} its "
                                   f"build recorded (truncated or replaced since); {REBUILD.format(name)}")
 
 

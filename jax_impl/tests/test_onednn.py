@@ -17,16 +17,16 @@ import numpy as np
 import pytest
 
 from common.errors import UnsupportedError
-from jax_impl import native, onednn
-from jax_impl.model import resolve_lstm_impl
+from jax_impl.recurrences import native, onednn
+from jax_impl.recurrences.choice import Run, resolve
 from jax_impl.tests.test_model import refusal
-from jax_impl.tests.test_recurrence import (B, H, T, _assert_close, _stack_args, _stack_loss,
+from jax_impl.tests.test_fused import (B, H, T, _assert_close, _stack_args, _stack_loss,
                                             assert_stack_matches_reference, reference_stack)
 
 needs_library = pytest.mark.skipif(native.unavailable("onednn_lstm") is not None,
                                    reason=str(native.unavailable("onednn_lstm")))
 # oneDNN's fused gates and packed GEMMs against XLA's: the same float32 function rounded differently, a few ulps
-# of each array's scale (as the fused stack against the reference, test_recurrence).
+# of each array's scale (as the fused stack against the reference, test_fused).
 REL_TOL = 2e-5
 
 
@@ -55,15 +55,15 @@ def test_in_bfloat16_a_float32_carry_holds_bfloat16_values_within_bfloat16s_reac
 @needs_library
 def test_bfloat16_is_refused_in_one_line_where_this_cpus_oneDNN_has_none():
     # oneDNN limited to AVX2 has no bfloat16 LSTM (as on a CPU without AVX-512 BF16); float32 still resolves.
-    code = ("from jax_impl.model import resolve_lstm_impl\n"
+    code = ("from jax_impl.recurrences.choice import Run, resolve\n"
             "from common.errors import UnsupportedError\n"
-            "print(resolve_lstm_impl('onednn', 'float32', 'cpu'))\n"
-            "try:\n    resolve_lstm_impl('onednn', 'bfloat16', 'cpu')\n"
+            "print(resolve('onednn', Run(platform='cpu')))\n"
+            "try:\n    resolve('onednn', Run(dtype='bfloat16', platform='cpu'))\n"
             "except UnsupportedError as err:\n    print(err)\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
                          env={**os.environ, "ONEDNN_MAX_CPU_ISA": "AVX2"}).stdout.splitlines()
-    assert out == ["onednn", "--lstm-impl onednn under bfloat16: this CPU's oneDNN has no bfloat16 LSTM (it refused "
-                             "the primitive); use --lstm-impl scan or auto"]
+    assert out == ["onednn", "--lstm-impl onednn: this CPU's oneDNN has no bfloat16 LSTM (it refused the primitive); "
+                             "use scan or auto"]
 
 
 @needs_library
@@ -115,19 +115,19 @@ def test_every_thread_it_computes_on_flushes_denormals_and_the_version_is_torchs
 
 
 @pytest.mark.parametrize("dtype,padding,platform,refusal", [
-    ("float64", "left", "cpu", r"^--lstm-impl onednn computes float32 or bfloat16, not float64: oneDNN's RNN "
-                               r"primitive has no float64$"),
-    ("float32", "right", "cpu", r"^--lstm-impl onednn takes no sequence lengths \(--padding right\)"),
-    ("float32", "left", "gpu", r"^--lstm-impl onednn runs oneDNN's CPU primitive; this backend is gpu$"),
+    ("float64", "left", "cpu", r"^--lstm-impl onednn: it computes float32 or bfloat16 only, not float64; use scan "
+                               r"or auto$"),
+    ("float32", "right", "cpu", r"^--lstm-impl onednn: it takes no sequence lengths \(--padding right\)"),
+    ("float32", "left", "gpu", r"^--lstm-impl onednn: it is a CPU kernel, and this backend is gpu$"),
 ])
 def test_what_onednn_cannot_compute_is_refused_in_one_line(dtype, padding, platform, refusal):
     with pytest.raises(UnsupportedError, match=refusal):
-        resolve_lstm_impl("onednn", dtype, platform, padding)
+        resolve("onednn", Run(dtype=dtype, platform=platform, padding=padding))
 
 
 def test_a_library_that_was_not_built_is_refused_with_the_builds_reason(tmp_path, monkeypatch):
     monkeypatch.setattr(native, "BUILD_DIR", tmp_path)
     (tmp_path / "onednn_lstm.json").write_text(json.dumps({"built": False, "reason": "torch is not installed"}))
-    with pytest.raises(UnsupportedError, match=r"^the native onednn_lstm library is not available: torch is not "
-                                               r"installed$"):
-        resolve_lstm_impl("onednn", "float32", "cpu")
+    with pytest.raises(UnsupportedError, match=r"^--lstm-impl onednn: the native onednn_lstm library is not "
+                                               r"available: torch is not installed$"):
+        resolve("onednn", Run(platform="cpu"))

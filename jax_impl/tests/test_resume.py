@@ -20,8 +20,9 @@ from common.metrics import read_metrics
 from common.runstate import Progress, checkpoint_dirs, load_latest, step_dir
 from common.data import prepare_data
 from common.params import init_params
-from jax_impl import native
-from jax_impl.model import auto_lstm_impl, model_from_config
+from jax_impl.recurrences import native
+from jax_impl.recurrences.choice import Run, auto
+from jax_impl.model import model_from_config
 from jax_impl.tests.conftest import Tiny
 from jax_impl.state import STATE_ITEM, load_training_state, save_training_state
 from jax_impl.step import create_train_state
@@ -200,7 +201,7 @@ def auto_run(small, tmp_path_factory) -> tuple[Config, str]:
     cfg = small.cfg.replace(lstm_impl="auto", max_steps=2, checkpoint_every=2,
                             checkpoint_dir=str(tmp_path_factory.mktemp("auto-run") / "run"))
     ran = train(cfg)["lstm_impl"]
-    assert ran == auto_lstm_impl("float32", "cpu")[0]
+    assert ran == auto(Run(platform="cpu"))[0]
     return cfg, ran
 
 

@@ -7,8 +7,8 @@ What is computed is exactly ``torch.nn.LSTM`` (gate order i, f, g, o; two biases
 
 in the inputs' dtype with every matmul at ``precision`` (``Precision.HIGHEST`` unless TF32 is allowed, then
 ``DEFAULT``); gradients are those of that function. The reference it is held to (values and gradients, in
-``jax_impl/tests/test_recurrence.py``) is :func:`jax_impl.stacks.scan_stack`: Flax ``nn.RNN`` over PyTorch's cell,
-differentiated by JAX.
+``jax_impl/tests/test_fused.py``) is :func:`jax_impl.recurrences.stacks.scan_stack`: Flax ``nn.RNN`` over PyTorch's
+cell, differentiated by JAX.
 
 The entry point is :func:`embedding_lstm_stack` (time-major). Two layers, the default, run as one wavefront loop,
 :func:`_wave` (a custom VJP: forward :func:`_wave_forward`, backward :func:`_wave_backward`); other depths run
@@ -368,8 +368,8 @@ def embedding_lstm_stack(table: Array, tokens: Array, layer_params: Sequence[Lay
     ``embed_fold`` and V < T·B, layer 0's input projection is ``(table W_ih^T)[tokens]``: fewer multiply-adds,
     the same sums associated differently; otherwise it is ``table[tokens] W_ih^T``, as in ``nn.LSTM``. Every
     matmul, forward and backward, runs at ``precision``. ``layer_recurrence``: what runs each layer's recurrence on
-    the layer-by-layer path, called as :func:`xla_recurrence` is (:mod:`jax_impl.kernel` passes its kernel); with
-    ``recurrence_projects`` it gets each input that would be projected here as a :class:`LayerInput` instead, and
+    the layer-by-layer path, called as :func:`xla_recurrence` is (:mod:`jax_impl.recurrences.kernel` passes its kernel);
+    with ``recurrence_projects`` it gets each input that would be projected here as a :class:`LayerInput` instead, and
     the embedding fold's as a :class:`TableInput`.
     """
     wave = wavefront and len(layer_params) == 2

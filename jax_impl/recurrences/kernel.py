@@ -1,13 +1,13 @@
-"""The LSTM stack on our own recurrence kernel (:mod:`jax_impl.native`'s ``lstm_kernel`` library): one XLA FFI call
-per layer and direction of the pass, everything else in XLA.
+"""The LSTM stack on our own recurrence kernel (:mod:`jax_impl.recurrences.native`'s ``lstm_kernel`` library): one XLA
+FFI call per layer and direction of the pass, everything else in XLA.
 
-The kernel projects each layer's input itself (:func:`jax_impl.recurrence.embedding_lstm_stack` hands it over as a
-:class:`~jax_impl.recurrence.LayerInput`): each step's product is ``[x_t, h_{t-1}]`` against ``[W_ih; W_hh]``, both
-packed once per call, run by its own register tiles on AVX-512 (elsewhere by MKL's packed GEMM), each tile followed by
-its gate math, vectorised, on a team of threads that each own a range of hidden units. Measured, this is faster than
+The kernel projects each layer's input itself (:func:`jax_impl.recurrences.fused.embedding_lstm_stack` hands it over as
+a :class:`~jax_impl.recurrences.fused.LayerInput`): each step's product is ``[x_t, h_{t-1}]`` against ``[W_ih; W_hh]``,
+both packed once per call, run by its own register tiles on AVX-512 (elsewhere by MKL's packed GEMM), each tile followed
+by its gate math, vectorised, on a team of threads that each own a range of hidden units. Measured, this is faster than
 XLA's one (T·B, D)·(D, 4H) GEMM before the call: no (T, B, 4H) buffer is written and read back, and the tiles run
 nearer the CPU's peak (``benchmarks/PERFORMANCE.md``). The kernel folds the embedding itself too (a
-:class:`~jax_impl.recurrence.TableInput`): it projects only the table rows the batch's tokens use (640-970 of the
+:class:`~jax_impl.recurrences.fused.TableInput`): it projects only the table rows the batch's tokens use (640-970 of the
 seed's 4398), where XLA's fold projects the whole table, and each step reads its tokens' rows of that projection in
 place. This is the one place where the kernel computes less than the XLA tiers: the bench counts it (exec GFLOP).
 The backward computes each step's ``dh_{t-1}`` and ``dx_t`` in the same tiles, and the weight
@@ -15,7 +15,7 @@ gradients as MKL GEMMs over all steps. Forward and backward are one ``jax.custom
 activated gates and the cell states for the backward one where a gradient is taken. Sequence lengths
 (``--padding right``) are the kernel's own: from step ``lengths[b]`` on, row b's carry stays. Float32 only: the kernel
 has no bfloat16 or float64 path. ``--lstm-impl auto`` runs it in float32 on one CPU device with AVX-512
-(:func:`passed_over_because`).
+(:mod:`jax_impl.recurrences.choice`).
 """
 from __future__ import annotations
 
@@ -26,44 +26,18 @@ from typing import Sequence
 import jax
 import jax.numpy as jnp
 
-from common.errors import UnsupportedError
-from jax_impl import native, recurrence
+from jax_impl.recurrences import fused, native
 from jax_impl.numerics import PRECISION, Array, LayerCarry, LayerWeights
-from jax_impl.stacks import Carry
+from jax_impl.recurrences.stacks import Carry
 
 NAME = "lstm_kernel"
 TARGETS = native.FFI_HANDLERS[NAME]  # forward, backward
 VMAP = "sequential"  # under jax.vmap, one call per element: each call already spreads over every core
 
 
-def check_usable(dtype: str, platform: str) -> None:
-    """Refuse, in one line, what the kernel cannot compute here: another platform than the CPU, another dtype than
-    float32, or a library that cannot run (not built, with the build's reason, or damaged: :func:`native.validated`)."""
-    if platform != "cpu":
-        raise UnsupportedError(f"--lstm-impl kernel is a CPU kernel; this backend is {platform}")
-    if dtype != "float32":
-        raise UnsupportedError(f"--lstm-impl kernel computes float32 only, not {dtype}; use --lstm-impl scan or auto")
-    reason = native.unavailable(NAME)
-    if reason:
-        raise UnsupportedError(reason)
-
-
-def passed_over_because(dtype: str, platform: str, devices: int) -> str | None:
-    """Why ``--lstm-impl auto`` does not run the kernel here, or None where it does: in float32 on one CPU device,
-    built, with its AVX-512 tiles, the path measured faster than XLA's fused recurrence at every size swept
-    (``benchmarks/PERFORMANCE.md``). The library is validated before the AVX-512 question is asked of it."""
-    if platform != "cpu":
-        return f"it is a CPU kernel, and this backend is {platform}"
-    if dtype != "float32":
-        return f"it computes float32 only, not {dtype}"
-    if devices > 1:
-        return f"it runs on one device, and this run's mesh has {devices}"
-    unavailable = native.unavailable(NAME)
-    if unavailable:
-        return unavailable
-    if not library().lstm_kernel_vectorised():
-        return "this CPU has no AVX-512, and the kernel's portable path was not measured faster than XLA's"
-    return None
+def vectorised() -> bool:
+    """Whether the library runs its AVX-512 tiles on this CPU (elsewhere its portable path)."""
+    return bool(library().lstm_kernel_vectorised())
 
 
 def library() -> ctypes.CDLL:
@@ -140,20 +114,20 @@ lstm_recurrence.defvjp(_lstm_recurrence_forward, _lstm_recurrence_backward)
 
 
 def kernel_recurrence(source, w_hh: Array, h0: Array, c0: Array, lengths: Array | None, precision):
-    """:func:`lstm_recurrence` as :func:`jax_impl.recurrence.embedding_lstm_stack` calls a layer's recurrence:
-    ``source`` the layer's input unprojected (a :class:`~jax_impl.recurrence.LayerInput`: the kernel projects it),
-    the embedding fold's (a :class:`~jax_impl.recurrence.TableInput`: the kernel projects the table rows the tokens
-    use), or the input projection: (table_gates (V, 4H), tokens (T, B)) or (T, B, 4H). The kernel computes in full
-    float32 whatever ``precision`` says (the CPU has no TF32)."""
+    """:func:`lstm_recurrence` as :func:`jax_impl.recurrences.fused.embedding_lstm_stack` calls a layer's recurrence:
+    ``source`` the layer's input unprojected (a :class:`~jax_impl.recurrences.fused.LayerInput`: the kernel projects
+    it), the embedding fold's (a :class:`~jax_impl.recurrences.fused.TableInput`: the kernel projects the table rows the
+    tokens use), or the input projection: (table_gates (V, 4H), tokens (T, B)) or (T, B, 4H). The kernel computes in
+    full float32 whatever ``precision`` says (the CPU has no TF32)."""
     del precision
     width = w_hh.shape[0]
     # Nothing to project: x (T, B, 0) with W_ih (4H, 0); no table to fold: (0, 0) with w_table (4H, 0).
     unprojected = lambda rows: jnp.zeros((*rows.shape, 0), jnp.float32)  # noqa: E731
     no_weight, no_table = jnp.zeros((width, 0), jnp.float32), jnp.zeros((0, 0), jnp.float32)
-    if isinstance(source, recurrence.LayerInput):
+    if isinstance(source, fused.LayerInput):
         rows = jnp.zeros(source.x.shape[:2], jnp.int32)
         args = (source.bias[None], rows, source.x, source.w_ih, no_table, no_weight, True)
-    elif isinstance(source, recurrence.TableInput):
+    elif isinstance(source, fused.TableInput):
         rows = source.tokens.astype(jnp.int32)
         args = (source.bias[None], rows, unprojected(rows), no_weight, source.table, source.w_ih, True)
     elif isinstance(source, tuple):
@@ -176,6 +150,6 @@ def kernel_stack(table: Array, tokens: Array, weights: Sequence[LayerWeights], c
     """``nn.LSTM`` layer by layer with each recurrence on the kernel → each layer's final (h, c), each (B, H). table
     (V, E); tokens (T, B) int32; ``lengths`` (B,) or None; ``masks``: None or L-1 (T, B, H) multipliers of the inputs
     of layers 1..L-1; ``embed_fold``: layer 0's projection from the projected table, as in the fused stack."""
-    return recurrence.embedding_lstm_stack(table, tokens, weights, carry, lengths, masks, wavefront=False,
+    return fused.embedding_lstm_stack(table, tokens, weights, carry, lengths, masks, wavefront=False,
                                            embed_fold=embed_fold, precision=precision,
                                            layer_recurrence=kernel_recurrence, recurrence_projects=True)

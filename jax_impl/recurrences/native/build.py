@@ -1,11 +1,13 @@
-"""Build the JAX twin's native LSTM kernels: ``python -m jax_impl.native.build [NAME ...]`` (``make setup`` runs it).
+"""Build the JAX twin's native LSTM kernels: ``python -m jax_impl.recurrences.native.build [NAME ...]`` (``make setup``
+runs it).
 
 Each extension is one shared library of XLA FFI handlers, compiled by g++ against the FFI headers jaxlib ships
 (``jax.ffi.include_dir()``) and whatever its library needs. A build that cannot run (no compiler, a library
 missing) or fails is not an error of the set-up: it writes the reason next to where the library would be, and the
-implementation that needs it is then ``n/a`` with that reason (:func:`jax_impl.native.unavailable`). A library that
-was built has its size in bytes and its SHA-256 on record, which :func:`jax_impl.native.validated` checks before the
-library is ever loaded. Every outcome is one line on stdout, with the seconds it took.
+implementation that needs it is then ``n/a`` with that reason (:func:`jax_impl.recurrences.native.unavailable`). A
+library that was built has its size in bytes and its SHA-256 on record, which
+:func:`jax_impl.recurrences.native.validated` checks before the library is ever loaded. Every outcome is one line on
+stdout, with the seconds it took.
 """
 from __future__ import annotations
 
@@ -23,7 +25,7 @@ from common import interrupts
 interrupts.exit_on_ctrl_c(__name__)  # first: Ctrl-C while the imports below load is one line and exit 130
 
 from common.errors import cli_main  # noqa: E402
-from jax_impl.native import library_path, sha256, status_path  # noqa: E402
+from jax_impl.recurrences.native import library_path, sha256, status_path  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 COMPILE_TIMEOUT_S = 600  # a stuck compiler must not hang set-up

@@ -1,6 +1,6 @@
 """The LSTM stack on oneDNN's LSTM primitive, the kernel PyTorch's ``nn.LSTM`` runs on the CPU, one XLA FFI call per
-layer and direction of the pass (:mod:`jax_impl.native`'s ``onednn_lstm`` library, which reaches oneDNN through
-ATen's ``mkldnn_rnn_layer`` in the installed torch: the same oneDNN, the same primitive, the same arguments as
+layer and direction of the pass (:mod:`jax_impl.recurrences.native`'s ``onednn_lstm`` library, which reaches oneDNN
+through ATen's ``mkldnn_rnn_layer`` in the installed torch: the same oneDNN, the same primitive, the same arguments as
 ``torch:eager``).
 
 Each layer is a ``jax.custom_vjp``: the forward call is oneDNN's inference primitive where no gradient is taken and
@@ -24,9 +24,9 @@ import jax
 import jax.numpy as jnp
 
 from common.errors import UnsupportedError
-from jax_impl import native
+from jax_impl.recurrences import native
 from jax_impl.numerics import Array, LayerCarry, LayerWeights
-from jax_impl.stacks import Carry, layer_by_layer
+from jax_impl.recurrences.stacks import Carry, layer_by_layer
 
 NAME = "onednn_lstm"
 TARGETS = native.FFI_HANDLERS[NAME]  # forward, backward, their bfloat16 twins, the denormal probe (last)
@@ -37,24 +37,9 @@ def target(kind: str, dtype) -> str:
     return f"onednn_lstm_{kind}" + ("_bf16" if dtype == jnp.bfloat16 else "")
 
 
-def check_usable(dtype: str, padding: str, platform: str) -> None:
-    """Refuse, in one line, what this stack cannot compute here: another platform than the CPU, float64, right
-    padding (sequence lengths), a library that cannot run (not built, with the build's reason, or damaged:
-    :func:`native.validated`), or bfloat16 where this CPU's oneDNN refuses a bfloat16 LSTM."""
-    if platform != "cpu":
-        raise UnsupportedError(f"--lstm-impl onednn runs oneDNN's CPU primitive; this backend is {platform}")
-    if dtype not in ("float32", "bfloat16"):
-        raise UnsupportedError(f"--lstm-impl onednn computes float32 or bfloat16, not {dtype}: oneDNN's RNN "
-                               f"primitive has no {dtype}")
-    if padding == "right":
-        raise UnsupportedError("--lstm-impl onednn takes no sequence lengths (--padding right): oneDNN's RNN "
-                               "primitive has none, and PyTorch runs packed sequences on its ATen cell instead")
-    reason = native.unavailable(NAME)
-    if reason:
-        raise UnsupportedError(reason)
-    if dtype == "bfloat16" and library().onednn_lstm_workspace_bytes(1, 1, 1, 1, 1) < 0:
-        raise UnsupportedError("--lstm-impl onednn under bfloat16: this CPU's oneDNN has no bfloat16 LSTM (it "
-                               "refused the primitive); use --lstm-impl scan or auto")
+def has_bfloat16() -> bool:
+    """Whether this CPU's oneDNN creates a bfloat16 LSTM primitive (it refuses one without the instructions)."""
+    return library().onednn_lstm_workspace_bytes(1, 1, 1, 1, 1) >= 0
 
 
 def library() -> ctypes.CDLL:
@@ -134,7 +119,7 @@ def onednn_stack(table: Array, tokens: Array, weights: Sequence[LayerWeights], c
     ``lengths`` must be None. ``dtype`` bfloat16: every layer's arrays rounded to it, as autocast rounds them, and the
     dropout masks rounded and applied in it, as ATen's dropout applies its bfloat16 noise between the layers."""
     if lengths is not None:
-        raise UnsupportedError("--lstm-impl onednn takes no sequence lengths (--padding right)")
+        raise UnsupportedError("--lstm-impl onednn: it takes no sequence lengths (--padding right)")
 
     def layer(xs: Array, layer_weights: LayerWeights, layer_carry: LayerCarry) -> tuple[LayerCarry, Array]:
         ys, (h, c) = lstm_layer(xs, *(w.astype(dtype) for w in layer_weights), *(v.astype(dtype) for v in layer_carry))

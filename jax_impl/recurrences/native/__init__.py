@@ -1,6 +1,6 @@
 """The JAX twin's native LSTM kernels: shared libraries of XLA FFI handlers that ``make setup`` builds
-(:mod:`jax_impl.native.build`) into :data:`BUILD_DIR`, each beside its build record ``NAME.json``, loaded here on
-first use.
+(:mod:`jax_impl.recurrences.native.build`) into :data:`BUILD_DIR`, each beside its build record ``NAME.json``, loaded
+here on first use.
 
 :func:`validated` is the one way in: it checks a library against its build record (built, present, the recorded
 size and SHA-256) before ``dlopen`` ever maps it (a truncated library mapped by ``dlopen`` kills the process with a
@@ -57,7 +57,7 @@ def status_path(name: str) -> Path:
 
 def rebuild(name: str) -> str:
     """What to do about a library that fails its checks."""
-    return f"rebuild it with make setup (or python -m jax_impl.native.build {name})"
+    return f"rebuild it with make setup (or python -m jax_impl.recurrences.native.build {name})"
 
 
 def validated(name: str) -> ctypes.CDLL:
@@ -76,7 +76,7 @@ def validated(name: str) -> ctypes.CDLL:
             raise UnsupportedError(f"the native {name} library {library} has no build record ({status} is missing), "
                                    f"so it cannot be checked; {fix}") from None
         raise UnsupportedError(f"the native {name} library is not available: not built; build it with make setup "
-                               f"(or python -m jax_impl.native.build {name})") from None
+                               f"(or python -m jax_impl.recurrences.native.build {name})") from None
     except OSError as err:
         raise UnsupportedError(f"the native {name} library's build record {status} cannot be read "
                                f"({err.strerror}); {fix}") from None

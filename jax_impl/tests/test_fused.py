@@ -1,8 +1,8 @@
-"""The fused stack (jax_impl.recurrence) computes what the project's reference, jax_impl.stacks.scan_stack (Flax
-``nn.RNN`` over PyTorch's cell), computes, and its hand-written gradients equal jax.grad of scan_stack. Both get
-the same embedding table and tokens (T, B); both return each layer's final carry (h_T, c_T) only, the per-step
-outputs of a layer reaching it as the next layer's input (and, in masked mode, the final carry is each row's
-state at its last token).
+"""The fused stack (jax_impl.recurrences.fused) computes what the project's reference,
+jax_impl.recurrences.stacks.scan_stack (Flax ``nn.RNN`` over PyTorch's cell), computes, and its hand-written gradients
+equal jax.grad of scan_stack. Both get the same embedding table and tokens (T, B); both return each layer's final carry
+(h_T, c_T) only, the per-step outputs of a layer reaching it as the next layer's input (and, in masked mode, the final
+carry is each row's state at its last token).
 
 Tolerances: in float32 the two differ only by rounding (different association of the same sums, and
 σ/tanh evaluated through different but equally accurate formulas), so values and gradients agree to a few
@@ -21,8 +21,8 @@ import numpy as np
 import pytest
 from jax import lax
 
-from jax_impl.stacks import scan_stack
-from jax_impl.recurrence import embedding_lstm_stack
+from jax_impl.recurrences.stacks import scan_stack
+from jax_impl.recurrences.fused import embedding_lstm_stack
 
 T, B, D, H = 7, 3, 5, 4
 PRECISION = lax.Precision.HIGHEST

@@ -12,7 +12,6 @@ import jax
 import jax.numpy as jnp
 from jax.experimental import rnn
 
-from common.errors import ConfigError, UnsupportedError
 from jax_impl.numerics import PRECISION, LayerCarry, LayerWeights
 
 Array = jax.Array
@@ -28,18 +27,6 @@ def bfloat16_refusal() -> str:
     except AttributeError:  # a JAX whose private helper moved: the words of jax 0.10
         pass
     return "bfloat16 support not implemented for LSTM"
-
-
-def check_usable(dtype: str, platform: str) -> None:
-    """Refuse, in one line, a run this stack cannot compute: ``platform`` (the run's JAX platform) must be a CUDA GPU
-    and ``dtype`` float32."""
-    if platform not in ("gpu", "cuda"):
-        raise ConfigError(f"cudnn LSTM needs a CUDA GPU; this backend is {platform}")
-    if dtype == "bfloat16":
-        raise UnsupportedError(f"--lstm-impl cudnn cannot compute bfloat16: jax.experimental.rnn says "
-                               f"\"{bfloat16_refusal()}\"; use --lstm-impl auto")
-    if dtype != "float32":
-        raise ConfigError(f"--lstm-impl cudnn computes float32 only, not {dtype}; use --lstm-impl auto")
 
 
 def pack_weights(weights: Sequence[LayerWeights]) -> Array:

@@ -1,0 +1,109 @@
+"""Which recurrence computes a run: the one owner of ``--lstm-impl``, for both workloads. Every condition an
+implementation puts on a run is written here once, in :func:`obstacle`; naming an implementation that has one is
+refused with it (:func:`resolve`), and ``auto`` passes over one that has one (:func:`auto`).
+
+    resolve("auto", Run())                    → "kernel" or "fused" (the classifier's default on the CPU, float32)
+    resolve("onednn", Run(padding="right"))   → UnsupportedError: --lstm-impl onednn: it takes no sequence lengths ...
+    resolve("fused", Run(workload="lm"))      → UnsupportedError: --lstm-impl fused: it returns the last step's ...
+    auto(Run(workload="lm"))                  → ("scan", why)
+
+The implementations, each a module of this package that computes and never decides where it may run (see the
+package's docstring): ``fused``, ``scan`` and ``flax`` (``stacks``), ``cudnn``, ``onednn``, ``kernel``.
+"""
+from dataclasses import dataclass
+
+import jax
+
+from common.errors import ConfigError, UnsupportedError
+from jax_impl.recurrences import cudnn, kernel, native, onednn
+
+# What each workload's model can run: the classifier reads the last step's carry, the language model every step's
+# output, which only the Flax nn.RNN stacks return.
+IMPLS = {"classifier": ("fused", "scan", "flax", "cudnn", "onednn", "kernel"), "lm": ("scan", "flax")}
+NATIVE = {"onednn": onednn.NAME, "kernel": kernel.NAME}  # the implementations behind a library of ours
+
+
+@dataclass(frozen=True)
+class Run:
+    """What an implementation must serve: ``workload``, ``dtype`` (``--dtype``), ``platform`` (the run's JAX
+    platform; None: JAX's default backend's), ``padding`` (``--padding``) and ``devices`` (the mesh's size)."""
+
+    workload: str = "classifier"
+    dtype: str = "float32"
+    platform: str | None = None
+    padding: str = "left"
+    devices: int = 1
+
+    @classmethod
+    def of(cls, cfg, platform: str | None = None, devices: int = 1) -> "Run":
+        """What ``cfg``'s run asks of a recurrence on ``platform`` over a mesh of ``devices``."""
+        return cls(cfg.workload, cfg.dtype, platform, cfg.padding, devices)
+
+    @property
+    def backend(self) -> str:
+        return self.platform or jax.default_backend()
+
+
+def obstacle(impl: str, run: Run) -> str | None:
+    """Why ``impl`` cannot compute ``run``, in words that follow "it" (None: it can). The library of a native
+    implementation is validated (:func:`jax_impl.recurrences.native.validated`) only once nothing else stands in the
+    way."""
+    if impl not in IMPLS[run.workload]:
+        return ("it returns the last step's output only, and the language model reads every step's (it runs "
+                f"{' or '.join(IMPLS['lm'])})")
+    if impl == "fused" and run.dtype == "bfloat16":
+        return "it does not implement bfloat16's mixed precision (float32 parameters and carry); use scan or auto"
+    if impl == "cudnn":
+        if run.backend not in ("gpu", "cuda"):
+            return f"it needs a CUDA GPU, and this backend is {run.backend}"
+        if run.dtype == "bfloat16":
+            return f"it cannot compute bfloat16: jax.experimental.rnn says \"{cudnn.bfloat16_refusal()}\"; use auto"
+        if run.dtype != "float32":
+            return f"it computes float32 only, not {run.dtype}; use auto"
+    if impl in NATIVE:
+        if run.backend != "cpu":
+            return f"it is a CPU kernel, and this backend is {run.backend}"
+        dtypes = ("float32", "bfloat16") if impl == "onednn" else ("float32",)
+        if run.dtype not in dtypes:
+            return f"it computes {' or '.join(dtypes)} only, not {run.dtype}; use scan or auto"
+        if impl == "onednn" and run.padding == "right":
+            return ("it takes no sequence lengths (--padding right): oneDNN's RNN primitive has none, and PyTorch runs "
+                    "packed sequences on its ATen cell instead")
+        if run.devices > 1:
+            return "it runs on one device: XLA cannot split a custom call over a mesh"
+        unavailable = native.unavailable(NATIVE[impl])
+        if unavailable:
+            return unavailable
+        if impl == "onednn" and run.dtype == "bfloat16" and not onednn.has_bfloat16():
+            return "this CPU's oneDNN has no bfloat16 LSTM (it refused the primitive); use scan or auto"
+    return None
+
+
+def auto(run: Run) -> tuple[str, str]:
+    """``--lstm-impl auto``'s choice for ``run`` and why. The language model: ``scan``, its reference. The
+    classifier: under bfloat16 ``scan`` (PyTorch's mixed precision, which the fused recurrence and the kernel do not
+    implement); our kernel where nothing stands in its way and it has its AVX-512 tiles, the fastest on the CPU
+    measured (``benchmarks/PERFORMANCE.md``); else XLA's fused recurrence."""
+    if run.workload == "lm":
+        return "scan", "the language model's reference recurrence (Flax nn.RNN over PyTorch's cells)"
+    if run.dtype == "bfloat16":
+        return "scan", "bfloat16: the scan stack computes PyTorch's mixed precision"
+    passed_over = obstacle("kernel", run) or (
+        None if kernel.vectorised() else "this CPU has no AVX-512, and the kernel's portable path was not measured "
+                                         "faster than XLA's")
+    if passed_over is None:
+        return "kernel", "our kernel: float32 on one CPU device, with its AVX-512 tiles"
+    return "fused", f"XLA's fused recurrence, not our kernel: {passed_over}"
+
+
+def resolve(name: str, run: Run) -> str:
+    """``--lstm-impl`` → the implementation that runs: ``auto``'s choice, or ``name`` itself where nothing stands in
+    its way; otherwise an :class:`UnsupportedError` saying what does, in one line."""
+    if name == "auto":
+        return auto(run)[0]
+    if name not in IMPLS["classifier"]:
+        raise ConfigError(f"--lstm-impl must be one of auto, {', '.join(IMPLS['classifier'])}, got {name!r}")
+    why = obstacle(name, run)
+    if why:
+        raise UnsupportedError(f"--lstm-impl {name}: {why}")
+    return name
