@@ -10,11 +10,11 @@ first dot: ``{"encoder": {"weight"}, "rnn": {"weight_ih_l0", ...}, "decoder": {"
 :func:`to_flax` and :func:`from_flax` only nest and flatten names. With ``tied`` the decoder reads the encoder's table
 and the tree has no ``decoder/weight``.
 
-The recurrence is one of :data:`LAYERS` (``impl``), each cell twice: ``scan`` (Flax ``nn.RNN`` over PyTorch's
-cells, :class:`jax_impl.recurrences.stacks.TorchLSTMCell` and :class:`jax_impl.recurrences.stacks.TorchGRUCell`: the
-reference) and ``flax`` (``nn.RNN`` over Flax's stock ``nn.OptimizedLSTMCell`` and ``nn.GRUCell`` fed these weights;
-both represent PyTorch's cells exactly, see :func:`jax_impl.recurrences.stacks.flax_gru_layer`). Every matmul runs at
-``precision`` (``jax_impl.numerics``).
+The recurrence is one of :data:`jax_impl.recurrences.layers.LAYERS` (``impl``, one layer at a time, every step's
+output returned): ``scan`` (Flax ``nn.RNN`` over PyTorch's cells: the reference) and ``flax`` (``nn.RNN`` over Flax's
+stock ``nn.OptimizedLSTMCell`` and ``nn.GRUCell`` fed these weights, which represent PyTorch's cells exactly) for both
+cells; for the LSTM also ``fused`` (XLA's loop with hand-written gradients), ``onednn`` and ``kernel`` (oneDNN's
+primitive and our kernel through XLA's FFI). Every matmul runs at ``precision`` (``jax_impl.numerics``).
 """
 from functools import partial
 from typing import Any
@@ -29,14 +29,9 @@ from common.errors import ConfigError
 from common.lm_params import GATES, INIT_RANGE, check_lm_sizes
 from common.params import Params
 from jax_impl.recurrences import choice, stacks
+from jax_impl.recurrences.layers import LAYERS
 from jax_impl.numerics import PRECISION, Array, compute_dtype, dot, matmul_precision
 
-# impl → cell → one layer: (xs (T, B, D), (w_ih, w_hh, b_ih, b_hh), carry, *, dtype, precision)
-# → (its final carry, its outputs (T, B, H)), run by jax_impl.recurrences.stacks.stack_layers.
-LAYERS = {
-    "scan": {"lstm": stacks.torch_lstm_layer, "gru": stacks.torch_gru_layer},
-    "flax": {"lstm": stacks.flax_lstm_layer, "gru": stacks.flax_gru_layer},
-}
 
 LMCarry = tuple[Any, ...]  # L per-layer carries, bottom first: LSTM (h, c), GRU h, each (B, H)
 
@@ -129,8 +124,9 @@ class RNNModel(nn.Module):
 
     def __post_init__(self) -> None:
         check_lm_sizes(self.embed_dim, self.hidden_dim, self.cell, self.tied)
-        if self.impl not in LAYERS:
-            raise ConfigError(f"the language model's recurrence must be one of {', '.join(LAYERS)}, got {self.impl!r}")
+        if self.cell not in LAYERS.get(self.impl, {}):
+            raise ConfigError(f"the language model's {self.cell} recurrence is one of "
+                              f"{', '.join(impl for impl in LAYERS if self.cell in LAYERS[impl])}, got {self.impl!r}")
         super().__post_init__()
 
     def zero_carry(self, batch_size: int) -> LMCarry:

@@ -4,7 +4,7 @@ refused with it (:func:`resolve`), and ``auto`` passes over one that has one (:f
 
     resolve("auto", Run())                    → "kernel" or "fused" (the classifier's default on the CPU, float32)
     resolve("onednn", Run(padding="right"))   → UnsupportedError: --lstm-impl onednn: it takes no sequence lengths ...
-    resolve("fused", Run(workload="lm"))      → UnsupportedError: --lstm-impl fused: it returns the last step's ...
+    resolve("fused", Run("lm", cell="gru"))   → UnsupportedError: --lstm-impl fused: it computes the LSTM cell only ...
     auto(Run(workload="lm"))                  → ("scan", why)
 
 The implementations, each a module of this package that computes and never decides where it may run (see the
@@ -16,28 +16,31 @@ import jax
 
 from common.errors import ConfigError, UnsupportedError
 from jax_impl.recurrences import cudnn, kernel, native, onednn
+from jax_impl.recurrences.layers import LAYERS
 
-# What each workload's model can run: the classifier reads the last step's carry, the language model every step's
-# output, which only the Flax nn.RNN stacks return.
-IMPLS = {"classifier": ("fused", "scan", "flax", "cudnn", "onednn", "kernel"), "lm": ("scan", "flax")}
+# What each workload's model can run: the classifier's stacks (jax_impl.model.STACKS) read the final carries; the
+# language model's layers (jax_impl.recurrences.layers.LAYERS) every step's output, and per cell.
+IMPLS = {"classifier": ("fused", "scan", "flax", "cudnn", "onednn", "kernel"), "lm": tuple(LAYERS)}
 NATIVE = {"onednn": onednn.NAME, "kernel": kernel.NAME}  # the implementations behind a library of ours
 
 
 @dataclass(frozen=True)
 class Run:
     """What an implementation must serve: ``workload``, ``dtype`` (``--dtype``), ``platform`` (the run's JAX
-    platform; None: JAX's default backend's), ``padding`` (``--padding``) and ``devices`` (the mesh's size)."""
+    platform; None: JAX's default backend's), ``padding`` (``--padding``), ``devices`` (the mesh's size) and ``cell``
+    (the language model's ``--cell``)."""
 
     workload: str = "classifier"
     dtype: str = "float32"
     platform: str | None = None
     padding: str = "left"
     devices: int = 1
+    cell: str = "lstm"
 
     @classmethod
     def of(cls, cfg, platform: str | None = None, devices: int = 1) -> "Run":
         """What ``cfg``'s run asks of a recurrence on ``platform`` over a mesh of ``devices``."""
-        return cls(cfg.workload, cfg.dtype, platform, cfg.padding, devices)
+        return cls(cfg.workload, cfg.dtype, platform, cfg.padding, devices, cfg.cell)
 
     @property
     def backend(self) -> str:
@@ -49,8 +52,11 @@ def obstacle(impl: str, run: Run) -> str | None:
     implementation is validated (:func:`jax_impl.recurrences.native.validated`) only once nothing else stands in the
     way."""
     if impl not in IMPLS[run.workload]:
-        return ("it returns the last step's output only, and the language model reads every step's (it runs "
-                f"{' or '.join(IMPLS['lm'])})")
+        return (f"it serves the classifier only: its stack returns the final carries, and no GPU was at hand to test "
+                f"a layer returning every step's (the language model runs {', '.join(IMPLS['lm'])})")
+    if run.workload == "lm" and run.cell not in LAYERS[impl]:
+        return (f"it computes the LSTM cell only; a GRU runs "
+                f"{' or '.join(name for name in LAYERS if run.cell in LAYERS[name])}")
     if impl == "fused" and run.dtype == "bfloat16":
         return "it does not implement bfloat16's mixed precision (float32 parameters and carry); use scan or auto"
     if impl == "cudnn":

@@ -203,6 +203,17 @@ def _mask(lengths: Array | None, steps: int) -> Array | None:
     return None if lengths is None else (jnp.arange(steps)[:, None] < lengths[None, :])[:, :, None]
 
 
+def sequence_layer(xs: Array, layer_weights: LayerWeights, layer_carry: LayerCarry, *, dtype=None,
+                   precision: lax.Precision = PRECISION, lengths: Array | None = None) -> tuple[LayerCarry, Array]:
+    """One LSTM layer over a sequence, every step's output returned (the language model's interface,
+    :data:`jax_impl.recurrences.layers.LAYERS`): xs (T, B, D), (h, c) each (B, H) → ((h_T, c_T), outputs (T, B, H)),
+    the input projected in one GEMM, then the recurrence as an XLA loop with hand-written gradients. ``dtype`` is the
+    inputs' (this stack computes in it)."""
+    w_ih, w_hh, b_ih, b_hh = layer_weights
+    ys, final = xla_recurrence(_project(xs, w_ih, b_ih, b_hh, precision), w_hh, *layer_carry, lengths, precision)
+    return final, ys
+
+
 def xla_recurrence(source, w_hh: Array, h0: Array, c0: Array, lengths: Array | None,
                    precision: lax.Precision) -> tuple[Array, LayerCarry]:
     """One layer's recurrence as an XLA loop: its input projection with both biases from ``source`` (see

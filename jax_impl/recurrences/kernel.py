@@ -145,6 +145,16 @@ def kernel_recurrence(source, w_hh: Array, h0: Array, c0: Array, lengths: Array 
                            gathered)
 
 
+def sequence_layer(xs: Array, layer_weights: LayerWeights, layer_carry: LayerCarry, *, dtype=None,
+                   precision=PRECISION, lengths: Array | None = None) -> tuple[LayerCarry, Array]:
+    """One LSTM layer over a sequence on the kernel, every step's output returned (the language model's interface,
+    :data:`jax_impl.recurrences.layers.LAYERS`): xs (T, B, D), (h, c) each (B, H) → ((h_T, c_T), outputs (T, B, H)),
+    the input projected inside each step's product. Float32."""
+    w_ih, w_hh, b_ih, b_hh = layer_weights
+    ys, final = kernel_recurrence(fused.LayerInput(xs, w_ih, b_ih + b_hh), w_hh, *layer_carry, lengths, precision)
+    return final, ys
+
+
 def kernel_stack(table: Array, tokens: Array, weights: Sequence[LayerWeights], carry: Carry, lengths: Array | None,
                  masks: Sequence[Array] | None, *, embed_fold: bool = True, precision=PRECISION) -> Carry:
     """``nn.LSTM`` layer by layer with each recurrence on the kernel → each layer's final (h, c), each (B, H). table

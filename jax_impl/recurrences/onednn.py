@@ -112,6 +112,19 @@ def _lstm_layer_backward(residuals, cotangents):
 lstm_layer.defvjp(_lstm_layer_forward, _lstm_layer_backward)
 
 
+def sequence_layer(xs: Array, layer_weights: LayerWeights, layer_carry: LayerCarry, *, dtype=jnp.float32,
+                   precision=None, lengths: Array | None = None) -> tuple[LayerCarry, Array]:
+    """One LSTM layer over a sequence on oneDNN's primitive, every step's output returned (the language model's
+    interface, :data:`jax_impl.recurrences.layers.LAYERS`): xs (T, B, D), (h, c) each (B, H) → ((h_T, c_T), outputs
+    (T, B, H)), the layer's arrays in ``dtype`` (bfloat16: rounded as autocast rounds them), the carry back in its own
+    dtype. No ``lengths`` (oneDNN's RNN primitive takes none)."""
+    if lengths is not None:
+        raise UnsupportedError("--lstm-impl onednn: it takes no sequence lengths (--padding right)")
+    ys, (h, c) = lstm_layer(xs.astype(dtype), *(w.astype(dtype) for w in layer_weights),
+                            *(v.astype(dtype) for v in layer_carry))
+    return (h.astype(layer_carry[0].dtype), c.astype(layer_carry[1].dtype)), ys
+
+
 def onednn_stack(table: Array, tokens: Array, weights: Sequence[LayerWeights], carry: Carry, lengths: Array | None,
                  masks: Sequence[Array] | None, dtype=jnp.float32) -> Carry:
     """``nn.LSTM`` on oneDNN, layer by layer → each layer's final (h, c), each (B, H) in the carry's dtype. table
@@ -120,10 +133,5 @@ def onednn_stack(table: Array, tokens: Array, weights: Sequence[LayerWeights], c
     dropout masks rounded and applied in it, as ATen's dropout applies its bfloat16 noise between the layers."""
     if lengths is not None:
         raise UnsupportedError("--lstm-impl onednn: it takes no sequence lengths (--padding right)")
-
-    def layer(xs: Array, layer_weights: LayerWeights, layer_carry: LayerCarry) -> tuple[LayerCarry, Array]:
-        ys, (h, c) = lstm_layer(xs, *(w.astype(dtype) for w in layer_weights), *(v.astype(dtype) for v in layer_carry))
-        return (h.astype(layer_carry[0].dtype), c.astype(layer_carry[1].dtype)), ys
-
-    return layer_by_layer(table, tokens, weights, carry, masks, dtype, layer)
+    return layer_by_layer(table, tokens, weights, carry, masks, dtype, functools.partial(sequence_layer, dtype=dtype))
 
