@@ -1,0 +1,172 @@
+"""The language model's convergence: validation perplexity against training time, both twins, several seeds, beside
+an interpolated Kneser-Ney n-gram for scale (``benchmarks.ngram_baseline``'s ``ngram.json`` in ``--out``).
+
+    python -m benchmarks.lm_convergence --seeds 0,1,2 --epochs 1 --out docs/convergence/lm
+    python -m benchmarks.lm_convergence --out docs/convergence/lm --summarise-only     # the runs already there
+
+Each seed trains both twins at once with the trainers' own command lines (``--workload lm``: the example's small
+model and recipe), each process pinned to a core of its own with one thread, so the two share the machine evenly:
+the same initial weights, the same windows in the same order, each framework's own dropout draws. The curves read
+the trainers' metrics logs (``runs/<twin>-seed<N>.jsonl``); their time axis is the training steps' own seconds
+(evaluation excluded, the first step's compilation included). Writes ``results.json``, ``results.md`` and
+``convergence.png`` to ``--out``.
+"""
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any, Sequence
+
+from common import interrupts
+
+interrupts.exit_on_ctrl_c(__name__)  # first: Ctrl-C while the imports below load is one line and exit 130
+
+from benchmarks import processes  # noqa: E402
+from benchmarks.plan import int_list  # noqa: E402
+from common.config import Parser, int_at_least  # noqa: E402
+from common.errors import ConfigError, cli_main  # noqa: E402
+from common.files import atomic_file  # noqa: E402
+from common.metrics import evaluations, read_metrics, training_steps  # noqa: E402
+
+FRAMEWORKS = ("torch", "jax")
+LOG_EVERY = 330  # a validation every 330 windows: four an epoch of People's Daily at batch 20, bptt 35
+
+
+def train_command(framework: str, seed: int, epochs: int, metrics: Path, save_dir: Path) -> list[str]:
+    """The trainer's command line of one run."""
+    return [sys.executable, "-m", f"{framework}_impl.train", "--workload", "lm", "--epochs", str(epochs),
+            "--seed", str(seed), "--log-every", str(LOG_EVERY), "--no-progress", "--metrics-out", str(metrics),
+            "--save-dir", str(save_dir), "--overwrite"]
+
+
+def run_seed(seed: int, epochs: int, runs: Path) -> None:
+    """Both twins of one seed at once, each on a core of its own (``taskset``, where there is one) with one thread."""
+    pin = shutil.which("taskset")
+    cores = sorted(os.sched_getaffinity(0))
+    with tempfile.TemporaryDirectory(prefix="lm-best-") as best:
+        procs = []
+        for index, framework in enumerate(FRAMEWORKS):
+            command = train_command(framework, seed, epochs, runs / f"{framework}-seed{seed}.jsonl",
+                                    Path(best) / framework)
+            if pin and len(cores) >= len(FRAMEWORKS):
+                command = [pin, "-c", str(cores[index]), *command]
+            env = {**os.environ, "OMP_NUM_THREADS": "1"}
+            procs.append(subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                          text=True))
+        for framework, proc in zip(FRAMEWORKS, procs):
+            _, err = proc.communicate()
+            if proc.returncode:
+                raise ConfigError(f"the {framework} run of seed {seed} failed: {(err.strip().splitlines() or [''])[-1]}")
+
+
+def summarise_run(path: Path) -> dict[str, Any]:
+    """One run's validation curve (step, training seconds, perplexity), its last validation and its test score."""
+    records = read_metrics(path)
+    steps = training_steps(records)
+    curve = [{"step": v["step"], "train_s": v["train_seconds"], "val_perplexity": v["perplexity"]}
+             for v in evaluations(records, "val")]
+    test = evaluations(records, "test")[-1]
+    seconds = [b["train_seconds"] - a["train_seconds"] for a, b in zip(steps, steps[1:])]
+    return {"twin": records[0]["run"]["framework"], "lstm_impl": records[0]["run"]["lstm_impl"],
+            "seed": int(path.stem.rsplit("seed", 1)[1]), "steps": steps[-1]["step"],
+            "median_step_s": statistics.median(seconds), "train_s": steps[-1]["train_seconds"],
+            "val_curve": curve, "val_perplexity": curve[-1]["val_perplexity"], "test_perplexity": test["perplexity"]}
+
+
+def aggregate(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per twin: the seeds' mean and standard deviation of the final validation and the test perplexity, and the
+    mean training seconds and median step."""
+    out = {}
+    for twin in FRAMEWORKS:
+        mine = [r for r in runs if r["twin"] == twin]
+        if not mine:
+            continue
+        out[twin] = {"seeds": [r["seed"] for r in mine], "lstm_impl": mine[0]["lstm_impl"]}
+        for key in ("val_perplexity", "test_perplexity", "train_s", "median_step_s"):
+            values = [r[key] for r in mine]
+            out[twin][f"{key}_mean"] = statistics.fmean(values)
+            out[twin][f"{key}_std"] = statistics.stdev(values) if len(values) > 1 else 0.0
+    return out
+
+
+def table(doc: dict[str, Any]) -> str:
+    rows = ["| twin (implementation) | seeds | val perplexity | test perplexity | training s | median step ms |",
+            "|---|---|---:|---:|---:|---:|"]
+    for twin, s in doc["summary"].items():
+        rows.append(f"| {twin} ({s['lstm_impl']}) | {', '.join(map(str, s['seeds']))} | "
+                    f"{s['val_perplexity_mean']:.1f} ± {s['val_perplexity_std']:.1f} | "
+                    f"{s['test_perplexity_mean']:.1f} ± {s['test_perplexity_std']:.1f} | {s['train_s_mean']:.0f} | "
+                    f"{1e3 * s['median_step_s_mean']:.0f} |")
+    if doc.get("ngram"):
+        n = doc["ngram"]
+        rows.append(f"| Kneser-Ney {n['order']}-gram ({n['model']}) | | {n['val']['perplexity']:.1f} | "
+                    f"{n['test']['perplexity']:.1f} | {n['fit_s']:.0f} (fit) | |")
+    return "\n".join(rows)
+
+
+def plot(doc: dict[str, Any], path: Path) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    colors = {"torch": "#ee4c2c", "jax": "#3d7ebf"}
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for run in doc["runs"]:
+        ax.plot([c["train_s"] for c in run["val_curve"]], [c["val_perplexity"] for c in run["val_curve"]], "o-",
+                color=colors[run["twin"]], alpha=0.7, label=f"{run['twin']} ({run['lstm_impl']}) seed {run['seed']}")
+    if doc.get("ngram"):
+        ax.axhline(doc["ngram"]["val"]["perplexity"], color="grey", linestyle=":",
+                   label=f"Kneser-Ney {doc['ngram']['order']}-gram")
+    ax.set(xlabel="training seconds (the steps alone, one core each)", ylabel="validation perplexity", yscale="log")
+    ax.legend(fontsize=7)
+    fig.suptitle("The word-level LM on People's Daily: both twins, the example's small model and recipe", fontsize=9)
+    fig.tight_layout()
+    atomic_file(path, lambda tmp: fig.savefig(tmp, dpi=110, format="png"))
+    plt.close(fig)
+
+
+@cli_main
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = Parser(prog="python -m benchmarks.lm_convergence", description=__doc__.splitlines()[0])
+    parser.add_argument("--seeds", default="0,1,2", help="comma list of seeds")
+    parser.add_argument("--epochs", type=int_at_least(1), default=1, help="epochs per run")
+    parser.add_argument("--out", required=True, help="folder for runs/, results.json, results.md, convergence.png")
+    parser.add_argument("--summarise-only", action="store_true", help="summarise the runs already in --out/runs")
+    args = parser.parse_args(argv)
+    out, seeds = Path(args.out), int_list(args.seeds, "--seeds", 0, "seed")
+    runs_dir = out / "runs"
+    if not args.summarise_only:
+        runs_dir.mkdir(parents=True, exist_ok=True)
+        for seed in seeds:
+            interrupts.check()
+            run_seed(seed, args.epochs, runs_dir)
+    paths = [runs_dir / f"{fw}-seed{seed}.jsonl" for seed in seeds for fw in FRAMEWORKS]
+    missing = [str(p) for p in paths if not p.is_file()]
+    if missing:
+        raise ConfigError(f"no metrics log {missing[0]}: run without --summarise-only first")
+    runs = [summarise_run(p) for p in paths]
+    ngram_file = out / "ngram.json"
+    doc = {"mode": "lm convergence", "seeds": seeds, "epochs": args.epochs, "log_every": LOG_EVERY,
+           "commands": [" ".join(train_command(fw, s, args.epochs, Path(f"runs/{fw}-seed{s}.jsonl"), Path("BEST"))
+                                 [1:]) for s in seeds for fw in FRAMEWORKS],
+           "runs": runs, "summary": aggregate(runs),
+           "ngram": json.loads(ngram_file.read_text(encoding="utf-8")) if ngram_file.is_file() else None,
+           "environment": processes.environment()}
+    if doc["ngram"]:
+        doc["ngram"].pop("normalisation", None)  # the n-gram's own self-check, in ngram.json
+    atomic_file(out / "results.json", lambda tmp: tmp.write_text(json.dumps(doc, indent=1, ensure_ascii=False)))
+    plot(doc, out / "convergence.png")
+    text = table(doc)
+    atomic_file(out / "results.md", lambda tmp: tmp.write_text(
+        f"# The language model's convergence\n\n`python -m benchmarks.lm_convergence --seeds {args.seeds} --epochs "
+        f"{args.epochs} --out {args.out}`\n\n{text}\n\n![convergence.png](convergence.png)\n", encoding="utf-8"))
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    interrupts.exit_process(main())
