@@ -1,8 +1,11 @@
 #!/usr/bin/env python
-"""Benchmark the PyTorch and JAX/Flax twins of the LSTM sentiment classifier, fairly.
+"""Benchmark the PyTorch and JAX/Flax twins of the LSTM sentiment classifier or of the word-level language model,
+fairly.
 
     python benchmarks/bench.py                      # the seed's configuration, paired rounds (~7 min, 2 CPUs)
     python benchmarks/bench.py --quick              # a smoke run of everything (< 1 min)
+    python benchmarks/bench.py --workload lm        # the LM at pytorch/examples' small size (E = H = 200, L 2)
+    python benchmarks/bench.py --workload lm --embed-dim 650 --hidden-dim 650 --dropout 0.5   # its medium size
     python benchmarks/bench.py --sweep seq_len=50,200,800 --out docs/bench/sweep_seq_len
     python benchmarks/bench.py compare RUN_A RUN_B [--out FILE.md]
     python benchmarks/bench.py coverage RUN_1 RUN_2 RUN_3 ... [--out FILE.md]   # intervals against other runs
@@ -25,7 +28,8 @@ from common import interrupts  # noqa: E402
 interrupts.exit_on_ctrl_c(__name__)  # first: Ctrl-C while the imports below load is one line and exit 130
 
 from benchmarks import convergence, crossrun, harness, plan, plots, processes, render, results, schema  # noqa: E402
-from common.config import Config, config_from_namespace, field_names, flag, make_parser  # noqa: E402
+from common.config import (Config, config_from_namespace, field_names, flag, make_parser,  # noqa: E402
+                           parse_with_workload)
 from common.errors import ConfigError, cli_main  # noqa: E402
 from common.files import Output, check_outputs  # noqa: E402
 
@@ -107,8 +111,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def base_config(ns: argparse.Namespace) -> Config:
     cfg = config_from_namespace(ns)
-    if ns.quick:  # the tiny sizes replace any size left at its default
-        cfg = cfg.replace(**{k: v for k, v in plan.QUICK_CONFIG.items() if getattr(cfg, k) == getattr(Config(), k)})
+    if ns.quick:  # the tiny sizes replace any size left at its workload's default
+        default = Config.for_workload(cfg.workload)
+        cfg = cfg.replace(**{k: v for k, v in plan.QUICK_CONFIG[cfg.workload].items()
+                             if getattr(cfg, k) == getattr(default, k)})
     if cfg.device == "tpu":
         raise ConfigError("--device: the benchmark runs on cpu or gpu (auto picks a GPU when both twins see one)")
     return cfg.replace(device="gpu" if cfg.device == "cuda" else cfg.device)
@@ -190,8 +196,8 @@ def speed_main(ns: argparse.Namespace, cfg: Config, s: dict, frameworks: list[st
     comparisons = results.comparisons_for(session, None)
     sweep_rounds: dict[str, list] = {}
     # Sweeps time the variants named in --variants, else the main ones.
-    main = variants if ns.variants not in ("default", "all") else [v for v in variants if v.main] or [
-        v for v in plan.VARIANTS if v.main and v.framework in frameworks]
+    main = variants if ns.variants not in ("default", "all") else plan.main_variants(variants, frameworks,
+                                                                                      cfg.workload)
     for sweep in s["sweeps"]:
         for value in sweep.values:
             where = {"field": sweep.field, "value": value}
@@ -211,7 +217,7 @@ def speed_main(ns: argparse.Namespace, cfg: Config, s: dict, frameworks: list[st
     run = schema.Run(
         schema.SCHEMA_VERSION, ["benchmarks/bench.py", *argv], environment,
         {**s, "frameworks": frameworks, "sweeps": [dataclasses.asdict(x) for x in s["sweeps"]]}, cfg.to_dict(),
-        ok[0].vocab_size, results.descriptions(session, variants), peak, rows, comparisons,
+        ok[0].vocab_size, results.descriptions(session, variants, cfg.workload), peak, rows, comparisons,
         results.tier_sentences(rows, comparisons), session.rounds, sweep_rounds, parity,
         results.warnings(rows, [r for v in session.rounds.values() for r in v]))
     schema.write_json(run, out / "results.json")
@@ -229,17 +235,22 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] in (["compare"], ["coverage"]):
         return (crossrun.compare_main if argv[0] == "compare" else crossrun.coverage_main)(argv[1:])
-    ns = build_parser().parse_args(argv)
+    ns = parse_with_workload(build_parser(), argv)  # --workload lm: the language model's defaults
     cfg = base_config(ns)
     s = settings_from(ns, cfg)
     frameworks = resolve_frameworks(ns.frameworks)
+    if ns.mode == "convergence" and cfg.workload == "lm":
+        raise ConfigError("--mode convergence trains the classifier to a validation accuracy; the language model's "
+                          "quality is its perplexity, which python -m torch_impl.train and python -m jax_impl.train "
+                          "report: --workload lm runs in --mode speed")
     if ns.mode == "convergence":
         seeds = plan.int_list(ns.seeds, "--seeds", 0, "non-negative")
         if not 0.0 < ns.target <= 1.0:
             raise ConfigError(f"--target is a validation accuracy in (0, 1], got {ns.target}")
         return convergence.main(cfg, frameworks, seeds, ns.target, output_dir(ns.out, ns.overwrite), ns.timeout,
                                 ns.quick, ["benchmarks/bench.py", *argv])
-    variants = plan.select_variants(ns.variants, frameworks, "gpu" if s["device"] == "gpu" else "cpu")
+    variants = plan.select_variants(ns.variants, frameworks, "gpu" if s["device"] == "gpu" else "cpu", cfg.workload,
+                                    ns.quick)
     return speed_main(ns, cfg, s, frameworks, variants, output_dir(ns.out, ns.overwrite), argv)
 
 

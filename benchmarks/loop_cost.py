@@ -86,12 +86,13 @@ def jax_pieces(b: int, t: int, h: int, d: int) -> dict[str, Callable[[], object]
         return fused._project(x, w, bias, bias, PRECISION)
 
     @jax.jit
-    def fused(z, w):
+    def fused_recurrence(z, w):  # not `fused`: that is the module, which projection() reads too
         return fused._recurrence(z, w, zeros, zeros, None, PRECISION)[1]  # the model's layer kernel
 
     pieces = {"xla: dots": lambda: dots(zeros, w_hh), "xla: gate math": lambda: gate_math(gates),
               "xla: gate math at once": lambda: gate_math_at_once(gates), "xla: empty loop": lambda: empty_loop(gates),
-              "xla: fused recurrence": lambda: fused(gates, w_hh), "xla: projection": lambda: projection(x, w_ih)}
+              "xla: fused recurrence": lambda: fused_recurrence(gates, w_hh),
+              "xla: projection": lambda: projection(x, w_ih)}
     if native.unavailable(onednn.NAME) is None:
         layer = jax.jit(onednn.lstm_layer)
         pieces["xla: onednn (FFI)"] = lambda: layer(x, w_ih, w_hh, bias, bias, zeros, zeros)[1]

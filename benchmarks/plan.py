@@ -40,7 +40,7 @@ class Headline:
 # training step was compared with the baseline (no fallback), ran in the comparison's tier and stayed within its
 # parity band; a sentence with no variant to name is left out. A new comparison is one more entry here.
 HEADLINES = {
-    "stock": Headline("Stock against stock, {baseline} being PyTorch's nn.LSTM: {members}.",
+    "stock": Headline("Stock against stock, {baseline} being PyTorch's {torch_module}: {members}.",
                       "{wording} ({label}) {speeds}", "stock"),
     "best tuned": Headline("Best tuned JAX against stock PyTorch: {members}.", "{label} {speeds}", "tuned",
                            fastest=True),
@@ -66,7 +66,9 @@ class Variant:
     main: bool = False  # sweeps run it
     few_steps: bool = False  # slow by design: one training step per round
     headline: tuple[str, ...] = ()  # the headline comparisons (keys of HEADLINES) it takes part in
-    wording: str = ""  # how those sentences name it, where their member phrase asks for {wording}
+    wording: str = ""  # how those sentences name it, where their member phrase asks for {wording} ({flax_cell}: the
+    # Flax cell of the run's --cell, CELL_WORDS)
+    lm_description: str = ""  # what it runs under --workload lm, where that differs from the description
 
     @property
     def label(self) -> str:
@@ -76,7 +78,10 @@ class Variant:
 VARIANTS = (
     Variant("torch", "eager", "stock", "nn.LSTM as torch_impl.train runs it (oneDNN on the CPU, cuDNN on a GPU: "
             "stock and vendor kernel at once), denormals flushed to zero as XLA does", BOTH,
-            kernel={"gpu": "_cudnn_rnn"}, main=True),
+            kernel={"gpu": "_cudnn_rnn"}, main=True,
+            lm_description="pytorch/examples' RNNModel as torch_impl.train runs it: nn.Embedding, nn.LSTM (oneDNN on "
+            "the CPU) or nn.GRU (ATen's own cell on the CPU), nn.Linear decoder and F.cross_entropy; cuDNN on a GPU; "
+            "denormals flushed to zero as XLA does"),
     Variant("torch", "eager-defaults", "stock", "the same with PyTorch's defaults (denormals kept), one training "
             "step per round", changes={"flush_denormal": False}, few_steps=True),
     Variant("torch", "compile", "compiled", "torch.compile(model), default settings (--torch-compile); timed only "
@@ -86,18 +91,26 @@ VARIANTS = (
             "projects its input inside the loop), differentiated by JAX, fed PyTorch's weights: its one bias per "
             "gate is b_ih + b_hh, so it trains PyTorch's function (--lstm-impl flax)", BOTH, {"lstm_impl": "flax"},
             {"cpu": "impl:flax", "gpu": "impl:flax"}, headline=("stock",),
-            wording="Flax nn.RNN over Flax's nn.OptimizedLSTMCell"),
+            wording="Flax nn.RNN over Flax's {flax_cell}",
+            lm_description="the language model with nn.RNN over Flax's stock nn.OptimizedLSTMCell or nn.GRUCell fed "
+            "PyTorch's weights (jax_impl.recurrences.stacks: both represent PyTorch's cells exactly), differentiated "
+            "by JAX (--lstm-impl flax)"),
     Variant("jax", "scan", "stock", "Flax nn.RNN over PyTorch's cell, differentiated by JAX; unlike "
             "nn.OptimizedLSTMCell it keeps two biases and projects the inputs of all steps before the loop, one GEMM "
             "(--lstm-impl scan, the readable reference)", GPU, {"lstm_impl": "scan"},
-            {"cpu": "impl:scan", "gpu": "impl:scan"}, headline=("stock",), wording="Flax nn.RNN over PyTorch's cell"),
+            {"cpu": "impl:scan", "gpu": "impl:scan"}, headline=("stock",), wording="Flax nn.RNN over PyTorch's cell",
+            lm_description="the language model with nn.RNN over PyTorch's LSTM or GRU cell (two biases, each "
+            "layer's inputs projected for all steps before the loop, one GEMM), differentiated by JAX (--lstm-impl "
+            "scan; jax_impl.train's default for the language model)"),
     Variant("jax", "nofold", "tuned", "our fused recurrence, nn.LSTM's algorithm (--lstm-impl fused "
             "--no-embed-fold)", BOTH, {"lstm_impl": "fused", "embed_fold": False},
             {"cpu": "impl:fused", "gpu": "impl:fused"}, main=True, headline=("best tuned", "same algorithm")),
     Variant("jax", "fused", "tuned", "our fused recurrence with the embedding folded into layer 0's input "
             "projection, XLA's fastest (--lstm-impl fused; jax_impl.train's default where the kernel does not run)",
             ("cpu",), {"lstm_impl": "fused"}, {"cpu": "impl:fused", "gpu": "impl:fused"}, main=True,
-            headline=("best tuned",)),
+            headline=("best tuned",), lm_description="the language model's LSTM layer by layer on our fused "
+            "recurrence: each layer's input projected in one GEMM, then XLA's loop with hand-written gradients "
+            "(--lstm-impl fused; nothing to fold)"),
     Variant("jax", "jit", "tuned", "jax_impl.train's default, whichever implementation --lstm-impl auto picks: our "
             "kernel in float32 on one AVX-512 CPU device, the scan stack under bfloat16, else the fused recurrence "
             "with the embedding fold; its tier is the one that ran", BOTH, main=True, headline=("best tuned", "kernel"),
@@ -107,15 +120,36 @@ VARIANTS = (
     Variant("jax", "onednn", "vendor", "oneDNN's LSTM primitive, the kernel nn.LSTM runs on the CPU, one call per "
             "layer through XLA's FFI (ATen's mkldnn_rnn_layer from the installed torch, zero-copy; dropout and the "
             "embedding in XLA; --lstm-impl onednn)", ("cpu",), {"lstm_impl": "onednn"}, {"cpu": "onednn_lstm_forward"},
-            headline=("vendor kernel",), wording="oneDNN through XLA's FFI"),
+            headline=("vendor kernel",), wording="oneDNN through XLA's FFI",
+            lm_description="the language model's LSTM layer by layer on oneDNN's LSTM primitive through XLA's FFI, "
+            "the kernel nn.LSTM runs (--lstm-impl onednn)"),
     Variant("jax", "kernel", "kernel", "our own recurrence kernel through XLA's FFI, one call per layer and pass: "
             "each step's GEMM of [x_t, h_t-1] against [W_ih; W_hh] in AVX-512 register tiles with the gate math after "
             "each, a team of threads over the hidden units; the embedding fold too, over the table rows a batch uses "
             "(--lstm-impl kernel; jax:jit runs it on an AVX-512 CPU)", changes={"lstm_impl": "kernel"},
-            kernel={"cpu": "lstm_kernel_forward"}, headline=("kernel",), wording="our recurrence kernel"),
+            kernel={"cpu": "lstm_kernel_forward"}, headline=("kernel",), wording="our recurrence kernel",
+            lm_description="the language model's LSTM layer by layer on our recurrence kernel through XLA's FFI, each "
+            "layer's input projected inside each step's product (--lstm-impl kernel)"),
 )
 
-QUICK_CONFIG = {"embed_dim": 16, "hidden_dim": 16, "seq_len": 16, "batch_size": 8}
+# The language model's rows by device, a run without --variants: the stock tier on both sides, the tuned, vendor and
+# kernel tiers (the LSTM's fused, oneDNN and kernel layers; a GRU's are refused, and cuDNN is the classifier's only:
+# jax_impl.recurrences.choice, whose reason the run reports) and torch.compile. jax:jit is left out: --lstm-impl auto
+# runs scan for the LM, jax:scan's row.
+LM_DEFAULT = {"cpu": ("torch:eager", "torch:compile", "jax:flax", "jax:scan", "jax:fused", "jax:onednn", "jax:kernel",
+                      "jax:cudnn"),
+              "gpu": ("torch:eager", "torch:compile", "jax:flax", "jax:scan", "jax:fused", "jax:cudnn")}
+# --quick leaves torch:compile out of them: Inductor compiling the graphs around the recurrence takes ~25 s of a 2-core
+# smoke run, and Dynamo refuses nn.LSTM / nn.GRU there anyway (a full run reports it; --variants names it).
+LM_QUICK_LEAVES_OUT = ("torch:compile",)
+LM_MAIN = ("torch:eager", "jax:scan", "jax:flax")  # what a sweep of the language model times by default
+# The Flax cell the flax variant's wording names, by --cell.
+CELL_WORDS = {"lstm": {"torch_module": "nn.LSTM", "flax_cell": "nn.OptimizedLSTMCell"},
+              "gru": {"torch_module": "nn.GRU", "flax_cell": "nn.GRUCell"}}
+
+# --quick: the sizes that replace those left at the workload's defaults.
+QUICK_CONFIG = {"classifier": {"embed_dim": 16, "hidden_dim": 16, "seq_len": 16, "batch_size": 8},
+                "lm": {"embed_dim": 16, "hidden_dim": 16, "batch_size": 8, "bptt": 16}}
 
 
 def comma_list(spec: str, where: str) -> list[str]:
@@ -129,10 +163,14 @@ def comma_list(spec: str, where: str) -> list[str]:
     return items
 
 
-def select_variants(spec: str, frameworks: Sequence[str], device: str = "cpu") -> list[Variant]:
-    """``'default'`` (for ``device``), ``'all'``, or a comma list of ``framework:name`` or bare names."""
+def select_variants(spec: str, frameworks: Sequence[str], device: str = "cpu", workload: str = "classifier",
+                    quick: bool = False) -> list[Variant]:
+    """``'default'`` (for ``device`` and ``workload``: the LM's are :data:`LM_DEFAULT`, under ``quick`` less
+    :data:`LM_QUICK_LEAVES_OUT`), ``'all'``, or a comma list of ``framework:name`` or bare names."""
     if spec in ("default", "all"):
-        return [v for v in VARIANTS if v.framework in frameworks and (spec == "all" or device in v.default_on)]
+        lm = [x for x in LM_DEFAULT[device] if not (quick and x in LM_QUICK_LEAVES_OUT)]
+        default = (lambda v: v.label in lm) if workload == "lm" else (lambda v: device in v.default_on)
+        return [v for v in VARIANTS if v.framework in frameworks and (spec == "all" or default(v))]
     chosen: list[Variant] = []
     for item in comma_list(spec, "--variants"):
         matches = [v for v in VARIANTS if item in (v.label, v.name)]
@@ -145,6 +183,14 @@ def select_variants(spec: str, frameworks: Sequence[str], device: str = "cpu") -
             if v not in chosen:
                 chosen.append(v)
     return chosen
+
+
+def main_variants(variants: Sequence[Variant], frameworks: Sequence[str], workload: str = "classifier"
+                  ) -> list[Variant]:
+    """The variants a sweep times when --variants names none: the main ones among ``variants`` (else among all of
+    ``frameworks``'); the language model's are :data:`LM_MAIN`, the rows that can run it."""
+    main = (lambda v: v.label in LM_MAIN) if workload == "lm" else (lambda v: v.main)
+    return [v for v in variants if main(v)] or [v for v in VARIANTS if main(v) and v.framework in frameworks]
 
 
 def variant(label: str) -> Variant:

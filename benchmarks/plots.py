@@ -39,6 +39,9 @@ def time_per_step(doc: dict, path: Path) -> Path | None:
     if not rows:
         return None
     labels = list(dict.fromkeys(label(r) for r in rows))
+    c = doc["base_config"]
+    lm = c.get("workload", "classifier") == "lm"  # a run from before the workloads is the classifier's
+    optimizer = {"sgd": "SGD", "adam": "Adam"}[c.get("optimizer", "adam")]
     fig, axes = plt.subplots(1, 2, figsize=(11, 0.6 * len(labels) + 2))
     for ax, kind in zip(axes, ("train", "eval")):
         own = [r for r in rows if r["step"] == kind]
@@ -49,9 +52,9 @@ def time_per_step(doc: dict, path: Path) -> Path | None:
         ax.set_yticks(range(len(labels)), labels)
         ax.invert_yaxis()
         ax.set(xlabel="ms per step (median over rounds, bars p25–p75)",
-               title={"train": "training step (fwd + bwd + clip + Adam)", "eval": "inference step"}[kind])
-    c = doc["base_config"]
-    return _save(fig, path, f"B {c['batch_size']}  T {c['seq_len']}  E {c['embed_dim']}  H {c['hidden_dim']}  "
+               title={"train": f"training step (fwd + bwd + clip + {optimizer})", "eval": "inference step"}[kind])
+    length = f"bptt {c['bptt']}" if lm else f"T {c['seq_len']}"
+    return _save(fig, path, f"B {c['batch_size']}  {length}  E {c['embed_dim']}  H {c['hidden_dim']}  "
                  f"L {c['layers']}  on {doc['environment']['cpu_model']}")
 
 
@@ -67,6 +70,10 @@ def time_parts(doc: dict, path: Path) -> Path | None:
         ms = [(r["parts"][part] or {}).get("median", 0.0) * 1e3 for r in rows]
         ax.barh(range(len(rows)), ms, left=left, color=color, label=part)
         left = [a + b for a, b in zip(left, ms)]
+    decoder = [(r["parts"].get("decoder") or {}).get("median", 0.0) * 1e3 for r in rows]  # the LM's
+    if any(decoder):  # a thin bar under each: the decoder and its loss, timed alone, inside forward + backward
+        ax.barh([i + 0.32 for i in range(len(rows))], decoder, height=0.15, color="#555555",
+                label="decoder + loss, fwd + bwd (inside those)")
     ax.scatter([r["step_s"]["median"] * 1e3 for r in rows], range(len(rows)), marker="|", s=300, color="black",
                label="whole step", zorder=3)
     ax.set_yticks(range(len(rows)), [label(r) for r in rows])
@@ -85,16 +92,20 @@ def parity_curves(doc: dict, path: Path) -> Path | None:
     fig, (top, low) = plt.subplots(2, 1, figsize=(7, 5.5), sharex=True, gridspec_kw={"height_ratios": [3, 1.3]})
     reference = p["baseline"]  # the baseline's losses, in float32 for a bfloat16 run
     steps, base = range(1, p["steps"] + 1), p["losses"][reference]
+    lm = doc["base_config"].get("workload", "classifier") == "lm"  # its parity steps run in float64
+    # Exact agreement (0) cannot sit on a log axis: shown at a floor below the rounding of a loss of ~1 (float32's;
+    # the language model's float64).
+    floor = 1e-16 if lm else 1e-9
     top.plot(steps, base, lw=3, alpha=0.5, color=_color(BASELINE), label=reference)
     for name, losses in ((k, v) for k, v in p["losses"].items() if k != reference):
         top.plot(steps, losses, lw=1.2, ls="--", marker=".", color=_color(name), label=name)
-        # Exact agreement (0) cannot sit on a log axis: shown at a floor below float32 rounding of ~1.
-        low.semilogy(steps, [max(abs(a - b), 1e-9) for a, b in zip(base, losses)], marker=".", color=_color(name))
-    top.set(ylabel="BCE loss", title="training loss, same weights and batches, dropout 0\nmax |Δloss| vs "
+        low.semilogy(steps, [max(abs(a - b), floor) for a, b in zip(base, losses)], marker=".", color=_color(name))
+    top.set(ylabel="cross-entropy per token" if lm else "BCE loss", title="training loss, same weights and batches, "
+            f"dropout 0{', float64' if lm else ''}\nmax |Δloss| vs "
             f"{reference}: " + ", ".join(f"{k} {v:.3g}" for k, v in p["max_abs_dloss"].items()))
     top.legend(fontsize=8)
     worst = max(p["max_abs_dloss"].values())  # status ok: at least one variant beside the reference
-    low.set(ylabel="|Δloss|", ylim=(5e-10, max(1e-5, worst * 3)), xlabel="training step")
+    low.set(ylabel="|Δloss|", ylim=(floor / 2, max(1e-5, worst * 3)), xlabel="training step")
     return _save(fig, path, "")
 
 

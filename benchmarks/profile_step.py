@@ -25,7 +25,8 @@ xla_env.configure()  # before JAX's backend starts
 
 import jax  # noqa: E402
 
-from common.config import Parser, config_from_namespace, field_names, int_at_least, make_parser  # noqa: E402
+from common.config import (Parser, config_from_namespace, field_names, int_at_least, make_parser,  # noqa: E402
+                           parse_with_workload)
 from common.errors import cli_main  # noqa: E402
 from common.loop import load_run, train_steps  # noqa: E402
 from jax_impl.train import twin_maker  # noqa: E402
@@ -50,7 +51,7 @@ def build_parser() -> Parser:
 
 @cli_main
 def main(argv: list[str] | None = None) -> int:
-    ns = build_parser().parse_args(argv)
+    ns = parse_with_workload(build_parser(), argv)  # --workload lm: the language model's defaults
     cfg, data, params = load_run(config_from_namespace(ns))  # as jax_impl.train loads them
     steps = ns.steps
     with twin_maker(cfg) as make_twin, tempfile.TemporaryDirectory() as trace:
@@ -70,7 +71,8 @@ def main(argv: list[str] | None = None) -> int:
         if e.get("ph") == "X" and "dur" in e and not e["name"].startswith(ENCLOSING):
             total[e["name"]] += e["dur"] / 1e3 / steps
             calls[e["name"]] += 1 / steps
-    print(f"JAX training step ({twin.record['lstm_impl']}, B {cfg.batch_size}, T {cfg.seq_len}, H {cfg.hidden_dim}): "
+    length = f"bptt {cfg.bptt}, V {len(data.vocab)}" if cfg.workload == "lm" else f"T {cfg.seq_len}"
+    print(f"JAX training step ({twin.record['lstm_impl']}, B {cfg.batch_size}, {length}, H {cfg.hidden_dim}): "
           f"{wall_ms:.1f} ms per step over {steps} traced steps; ops above 1% of it:")
     print(f"{'ms/step':>9}  {'calls':>6}  {'share':>6}  op")
     for name, ms in total.most_common():

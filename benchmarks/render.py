@@ -7,7 +7,7 @@ import numpy as np
 
 from benchmarks import plan
 from benchmarks.plan import BASELINE
-from benchmarks.results import BFLOAT16_BAND, PARITY_TOL, PARTS, REFERENCE
+from benchmarks.results import BFLOAT16_BAND, LM_PARITY_LR, PARITY_TOL, PARTS, REFERENCE
 from benchmarks.stats import METHOD, round_means, unpaired_ratio
 from benchmarks.tables import fmt, kernel, label, ms, pairs, parity_cell, ratio_cell, table
 
@@ -15,10 +15,16 @@ MAIN_COLUMNS = ("tier", "variant", "step", "kernel", "parity", "median ms", "p25
                 "reps×rounds×steps", "compile s", "first s", "samples/s", "peak MB", "exec GFLOP", "GFLOP/s", "util")
 PARTS_METHOD = ("Each part timed on its own, in the same paired rounds and batches: torch, the trainer's own step with "
                 "a clock read (after a device sync) as the loss, the backward pass and the optimizer update (clip, "
-                "Adam) end; JAX, the step as three jitted functions: the loss, loss and gradient (backward: its "
+                "Adam or SGD) end; JAX, the step as three jitted functions: the loss, loss and gradient (backward: its "
                 "time less the loss's), and the update. sum / step: the parts' medians against the whole step's "
                 "(JAX above 1: XLA fuses the whole step, not its parts).")
 PARTS_COLUMNS = ("variant", *(f"{p} ms" for p in PARTS), "sum / step", *(f"{p} vs {BASELINE}" for p in PARTS))
+DECODER_METHOD = ("decoder: the language model's decoder and loss alone (the twin's own nn.Linear / Decoder and "
+                  "cross-entropy on a fixed input of the step's (t, B, H) shape), forward and backward, timed in the "
+                  "same rounds; the rest of forward + backward is the embedding and the recurrence (and, in JAX, the "
+                  "dropout masks).")
+DECODER_COLUMNS = ("decoder ms", "embedding + recurrence ms", "decoder share", f"decoder vs {BASELINE}",
+                   f"embedding + recurrence vs {BASELINE}")
 SWEEP_COLUMNS = ("value", "variant", "kernel", "parity", "train ms", f"train vs {BASELINE}", "eval ms",
                  f"eval vs {BASELINE}", "train samples/s", "exec GFLOP train", "rounds")
 SCALING = ("At a fixed global batch, torch runs N DDP ranks (gloo on a CPU, the threads split between them) and JAX "
@@ -34,6 +40,23 @@ def corpus(config: dict) -> str:
     if config.get("pos"):
         return f"{config['pos']} (positive) and {config['neg']} (negative)"
     return config["data"]
+
+
+def is_lm(doc: dict) -> bool:
+    """Whether a results document is the language model's (a run from before the workloads is the classifier's)."""
+    return doc["base_config"].get("workload", "classifier") == "lm"
+
+
+def config_line(doc: dict) -> str:
+    """The base configuration in one phrase: the classifier's B, T, E, H, L, V; the language model's cell, B, bptt,
+    E, H, L, V and dropout."""
+    c = doc["base_config"]
+    sizes = f"E {c['embed_dim']}, H {c['hidden_dim']}, L {c['layers']}, V {doc['vocab_size']}"
+    if is_lm(doc):
+        return (f"language model, {c['cell'].upper()}{' tied' if c['tied'] else ''}, B {c['batch_size']}, bptt "
+                f"{c['bptt']} (evaluation: 10 columns), {sizes}, dropout {c['dropout']}, {c['optimizer']} lr "
+                f"{c['lr']:g}, {c['dtype']}, corpus {c['data']}")
+    return f"B {c['batch_size']}, T {c['seq_len']}, {sizes}, {c['dtype']}, corpus {corpus(c)}"
 
 
 def base_rows(doc: dict) -> list[dict]:
@@ -55,14 +78,32 @@ def main_rows(doc: dict) -> list[list[str]]:
 
 def parts_rows(doc: dict) -> list[list[str]]:
     """Per variant: the median of each part of the training step, their sum against the whole step, and each part's
-    paired ratio against the baseline."""
-    out = []
+    paired ratio against the baseline; the language model's also its decoder part (:data:`DECODER_COLUMNS`)."""
+    out, lm = [], is_lm(doc)
     for r in (r for r in base_rows(doc) if r["step"] == "train" and r["parts"]):
         parts = [r["parts"][p]["median"] if r["parts"].get(p) else None for p in PARTS]
         total = sum(x for x in parts if x is not None)
         out.append([label(r), *(fmt(x and x * 1e3, ".1f") for x in parts), f"{total / r['step_s']['median']:.2f}",
-                    *(ratio_cell(doc, {**r, "step": p}) for p in PARTS)])
+                    *(ratio_cell(doc, {**r, "step": p}) for p in PARTS), *(decoder_cells(doc, r) if lm else ())])
     return out
+
+
+def decoder_cells(doc: dict, r: dict) -> list[str]:
+    """A language-model row's decoder part, the rest of forward + backward (embedding and recurrence), the decoder's
+    share of forward + backward, and the paired ratios of both against the baseline (the rest's: of the medians)."""
+    decoder, forward, backward = (r["parts"].get(p) and r["parts"][p]["median"] for p in ("decoder", "forward",
+                                                                                        "backward"))
+    if not (decoder and forward and backward):
+        return ["–"] * len(DECODER_COLUMNS)
+    rest = forward + backward - decoder
+    base = next((x for x in base_rows(doc) if label(x) == BASELINE and x["step"] == "train" and x["parts"]), None)
+    parts = base and base["parts"]
+    base_rest = parts and all(parts.get(p) for p in ("decoder", "forward", "backward")) and (
+        parts["forward"]["median"] + parts["backward"]["median"] - parts["decoder"]["median"])
+    rest_ratio = ("baseline" if label(r) == BASELINE
+                  else f"{base_rest / rest:.2f}× (medians)" if base_rest and rest > 0 else "–")
+    return [f"{decoder * 1e3:.1f}", f"{rest * 1e3:.1f}", f"{decoder / (forward + backward):.0%}",
+            ratio_cell(doc, {**r, "step": "decoder"}), rest_ratio]
 
 
 def sweep_rows(doc: dict, name: str) -> list[list[str]]:
@@ -99,7 +140,7 @@ def dtype_costs(doc: dict) -> list[str]:
 
 def render(doc: dict, charts: Sequence[str] = (), markdown: bool = False) -> str:
     """The whole report: stdout (``markdown=False``) or results.md."""
-    c, s, e, p, q = doc["base_config"], doc["settings"], doc["environment"], doc["gemm_peak"], doc["parity"]
+    s, e, p, q = doc["settings"], doc["environment"], doc["gemm_peak"], doc["parity"]
     notes = sorted({f"{label(r)}: {r['status']}: {r['error']}" for r in doc["results"]
                     if r["sweep"] is None and not r["step_s"] and r["status"] != "n/a"})  # n/a: in the headline
     if p["gflop_s"]:
@@ -108,7 +149,9 @@ def render(doc: dict, charts: Sequence[str] = (), markdown: bool = False) -> str
                                                     f"{v['precision']})"
                                                     for k, v in p["measurements"].items()) + "]")
     base = q["losses"].get(q["baseline"])
-    parity = [f"parity over {q['steps']} training steps (same weights and batches, dropout 0), max |Δloss| against "
+    in_dtype = f", lr {LM_PARITY_LR:g}" if is_lm(doc) else ""  # the LM's: float32 rounding grows chaotically at lr 20
+    parity = [f"parity over {q['steps']} training steps (same weights and batches, dropout 0{in_dtype}), max |Δloss| "
+              "against "
               f"{q['baseline']} (step 1: {base[0]:.6f}, step {q['steps']}: {base[-1]:.6f}): "
               + ", ".join(f"{k} {v:.3g}" for k, v in q["max_abs_dloss"].items())
               if q["status"] == "ok" else f"parity: {q['status']}",
@@ -125,24 +168,28 @@ def render(doc: dict, charts: Sequence[str] = (), markdown: bool = False) -> str
                   "while loops over float arrays its compiled training step holds. A row whose kernel is not the "
                   "one its label promises is a fallback, kept out of the comparisons. parity: max |Δloss| against "
                   f"{BASELINE} over the parity steps (a bfloat16 row: against {REFERENCE}); (!) beyond its band "
-                  f"(float32 {PARITY_TOL:g}, bfloat16 {BFLOAT16_BAND:g}), kept out of the tier sentences")
+                  + (f"(float32 {PARITY_TOL:g}, the language model's at lr {LM_PARITY_LR:g}: at the example's lr 20 "
+                     "SGD amplifies float32 rounding ~10^4-fold within 20 steps)" if is_lm(doc) else
+                     f"(float32 {PARITY_TOL:g}, bfloat16 {BFLOAT16_BAND:g})") + ", kept out of the tier sentences")
     # Everything the environment records: CPU, versions, threads, precision, XLA's setup, load.
     env = [f"{k}: {pairs(v) if isinstance(v, dict) else fmt(v, '.3g' if isinstance(v, float) else '')}"
            for k, v in e.items()]
     section = lambda title: ["", f"## {title}", ""] if markdown else ["", f"{title}:"]  # noqa: E731
     items = lambda lines: [("- " if markdown else "") + x for x in lines]  # noqa: E731
-    out = (["# LSTM twins benchmark", ""] if markdown else []) + [
-        f"config: B {c['batch_size']}, T {c['seq_len']}, E {c['embed_dim']}, H {c['hidden_dim']}, L {c['layers']}, "
-        f"V {doc['vocab_size']}, {c['dtype']}, corpus {corpus(c)}; {s['replicates']} worker processes per variant, "
+    title = "# LSTM twins benchmark: the word-level language model" if is_lm(doc) else "# LSTM twins benchmark"
+    out = ([title, ""] if markdown else []) + [
+        f"config: {config_line(doc)}; {s['replicates']} worker processes per variant, "
         f"{s['rounds']} paired rounds per step kind of {s['steps']} training, {s['eval_steps']} evaluation and "
         f"{s['parts_steps']} part-timed training steps per process, after the first step (reported apart) and "
         f"{s['warmup']} warm-up steps"
         + "".join(f"; {k}: 1 training step per round" for k in doc["variants"] if k.endswith("-defaults"))]
     out += [("> **Warning:** " if markdown else "WARNING: ") + w for w in doc["warnings"]]
-    out += ["", table(MAIN_COLUMNS, main_rows(doc), markdown), "", *items(doc["headline"]), "", *items(notes)]
+    columns = [("tokens/s" if is_lm(doc) and x == "samples/s" else x) for x in MAIN_COLUMNS]  # the LM's samples
+    out += ["", table(columns, main_rows(doc), markdown), "", *items(doc["headline"]), "", *items(notes)]
     if parts_rows(doc):
-        out += [*section("Where the training step's time goes"), PARTS_METHOD, "",
-                table(PARTS_COLUMNS, parts_rows(doc), markdown)]
+        lm = is_lm(doc)
+        out += [*section("Where the training step's time goes"), PARTS_METHOD + (" " + DECODER_METHOD if lm else ""),
+                "", table(PARTS_COLUMNS + (DECODER_COLUMNS if lm else ()), parts_rows(doc), markdown)]
     out += [*section("Parity and method"), *items(parity), *section("Environment"), *items(env)]
     for field in (sweep["field"] for sweep in doc["settings"]["sweeps"]):
         scaling = field == "devices"

@@ -18,11 +18,20 @@ PARITY_TOL = 1e-5  # float32: the twins' losses agree to rounding (parity_tests/
 # float32 (parity_tests/test_bfloat16.py: ≤ 1.0e-3 over 50 steps, held at 3e-3); measured here at the seed's
 # configuration over the default 20 parity steps: torch:eager 8.7e-4, jax:scan 8.3e-4, jax:flax 7.5e-4.
 BFLOAT16_BAND = 3e-3
+# The language model's parity steps run at lr 0.1, a 200th of the example's: at lr 20, SGD amplifies float32 rounding
+# ~10^4-fold within 20 steps (E = H = 200: max |Δloss| 2.9e-2 by step 20, from 1.9e-6 at step 2; at lr 1 still 2e-4),
+# so no float32 band could tell a bug from rounding; at lr 0.1 every JAX row stays within 2.9e-6 of torch:eager over
+# 20 steps (1 to 3 float32 ulps of a loss near 9), under the float32 band. (float64 would need every row to compute it;
+# oneDNN and our kernel compute float32 only.)
+LM_PARITY_LR = 0.1
 REFERENCE = f"{BASELINE} float32"  # the parity curve of a bfloat16 run's rows: the baseline's, trained in float32
-PARTS = ("forward", "backward", "optimizer")
+PARTS = ("forward", "backward", "optimizer")  # the training step's parts, one after the other: they add up to it
+# Parts inside them, timed on their own: the language model's decoder and loss, forward and backward (in forward +
+# backward; the rest of those two is the embedding and the recurrence).
+INNER_PARTS = ("decoder",)
 
 
-def parity_tol(dtype: str) -> float:
+def parity_tol(dtype: str, workload: str = "classifier") -> float:
     """The largest max |Δloss| a row of ``dtype`` may show against its reference curve."""
     return BFLOAT16_BAND if dtype == "bfloat16" else PARITY_TOL
 
@@ -48,21 +57,32 @@ def fallback(label: str, setup: Setup | None) -> str | None:
     return None
 
 
-def descriptions(session: Session, variants: Sequence[plan.Variant]) -> dict[str, str]:
-    """Each variant's description; the trainers' default's (``--lstm-impl auto``) with what it ran here, and why."""
+def descriptions(session: Session, variants: Sequence[plan.Variant], workload: str = "classifier") -> dict[str, str]:
+    """Each variant's description (the language model's where it has one); the trainers' default's (``--lstm-impl
+    auto``) with what it ran here, and why."""
     records = {e.label: e.setup.record for e in session.entries.values() if e.setup}
-    return {v.label: v.description + (f". Here: {records[v.label]['lstm_impl_auto']}"
-                                      if "lstm_impl_auto" in records.get(v.label, {}) else "") for v in variants}
+    return {v.label: (workload == "lm" and v.lm_description or v.description)
+            + (f". Here: {records[v.label]['lstm_impl_auto']}" if "lstm_impl_auto" in records.get(v.label, {}) else "")
+            for v in variants}
+
+
+def samples_per_step(cfg, kind: str) -> int:
+    """What a step of ``kind`` processes, the samples of samples/s: the classifier's texts (--batch-size; an
+    evaluation batch is padded to it), the language model's tokens predicted (:func:`flops.lm_tokens`)."""
+    return flops.lm_tokens(cfg, kind) if getattr(cfg, "workload", "classifier") == "lm" else cfg.batch_size
 
 
 def rows_for(session: Session, configs: dict[str, dict], sweep: dict | None, peak: float | None,
              parity: dict | None = None) -> list[Row]:
     """One row per variant and step kind, over its replicates that ran (all of them, for one that did not)."""
     rows = []
+    # The model's FLOPs are every variant's, the language model's decoder V included: any worker's vocabulary.
+    vocab = next((e.setup.vocab_size for e in session.entries.values() if e.setup), 0)
     for name, replicates in by_variant(session).items():
         ran = [e for e in replicates if e.status == "ok"] or replicates[:1]
         e = ran[0]
         cfg = SimpleNamespace(**configs[name])  # not a Config: a skipped variant's choice may not validate
+        workload = getattr(cfg, "workload", "classifier")
         setup = e.setup or Setup(0, {}, {}, {})
         record, info = setup.record, setup.info
         folds = record.get("lstm_impl") in ("fused", "kernel") and cfg.embed_fold
@@ -73,23 +93,25 @@ def rows_for(session: Session, configs: dict[str, dict], sweep: dict | None, pea
         dloss = (parity or {}).get("max_abs_dloss", {}).get(name, 0.0 if name == BASELINE and parity else None)
         for kind in ("train", "eval"):
             phase, per_rep = setup.phases.get(kind, {}), [x.round_s.get(kind, []) for x in ran]
-            model, used_rows = flops.step_flops(cfg, kind) / 1e9, used.get(kind)
+            model, used_rows = flops.step_flops(cfg, kind, vocab) / 1e9, used.get(kind)
             step_s = spread([t for r in per_rep for t in r])
             median = step_s and step_s.median
             parts = {p: spread([t for x in ran for t in x.round_s.get(p, [])]) for p in PARTS}
+            parts.update({p: spread(t) for p in INNER_PARTS if (t := [t for x in ran for t in x.round_s.get(p, [])])})
             rows.append(Row(
                 framework=name.split(":")[0], variant=name.split(":", 1)[1], tier=tier, step=kind,
                 sweep=sweep, status=e.status, error=e.error,
                 provenance=setup.provenance if kind == "train" else None,
                 fallback=fallback(name, e.setup) if e.status == "ok" else None,
-                parity=dloss, parity_ok=None if dloss is None else dloss <= parity_tol(cfg.dtype), config=configs[name],
+                parity=dloss, parity_ok=None if dloss is None else dloss <= parity_tol(cfg.dtype, workload),
+                config=configs[name],
                 lstm_impl=record.get("lstm_impl"), device_name=info.get("device_name"),
                 flush_denormal=record.get("flush_denormal"), threads=info.get("threads"),
                 compile_s=phase.get("compile_s"), lower_s=phase.get("lower_s"), first_step_s=phase.get("first_step_s"),
                 step_s=step_s, parts=parts if kind == "train" and any(parts.values()) else None,
                 replicates=len(ran) if step_s else 0, rounds=min((len(r) for r in per_rep), default=0),
                 steps_per_round=e.steps_per_round.get(kind), round_s=per_rep,
-                samples_per_s=median and cfg.batch_size / median, model_gflop_per_step=model,
+                samples_per_s=median and samples_per_step(cfg, kind) / median, model_gflop_per_step=model,
                 executed_gflop_per_step=flops.executed_step_flops(cfg, kind, setup.vocab_size, folds, used_rows) / 1e9
                 if e.setup else None, achieved_gflop_s=median and model / median,
                 # The peak is a float32 GEMM's: a row of another dtype has no utilisation against it.
@@ -106,8 +128,8 @@ def comparisons_for(session: Session, sweep: dict | None) -> list[Comparison]:
     base = variants.get(BASELINE) or []
     if not base or fallback(BASELINE, base[0].setup):
         return out
-    for kind in ("train", "eval", *PARTS):
-        rounds = session.rounds.get("parts" if kind in PARTS else kind, [])
+    for kind in ("train", "eval", *PARTS, *INNER_PARTS):
+        rounds = session.rounds.get("parts" if kind in (*PARTS, *INNER_PARTS) else kind, [])
         base_s = [e.round_s.get(kind) for e in base if e.round_s.get(kind)]
         for name, ran in variants.items():
             times = [e.round_s.get(kind) for e in ran if e.round_s.get(kind)]
@@ -160,8 +182,10 @@ def warnings(rows: Sequence[Row], rounds: Sequence[Round]) -> list[str]:
         if r.step == "train" and r.fallback:
             out.append(f"fallback, kept out of the comparisons: {r.fallback}")
         if r.step == "train" and r.parity_ok is False:
+            dtype = r.config["dtype"]
             out.append(f"{r.framework}:{r.variant}: max |Δloss| {r.parity:.3g} against {BASELINE} is beyond "
-                       f"{parity_tol(r.config['dtype']):g} ({r.config['dtype']}): kept out of the tier sentences")
+                       f"{parity_tol(r.config['dtype'], r.config.get('workload', 'classifier')):g} ({dtype}): kept out "
+                       "of the tier sentences")
     return out
 
 
@@ -195,13 +219,15 @@ def tier_sentences(rows: Sequence[Row], comparisons: Sequence[Comparison]) -> li
         return " and ".join(phrases) + f" the speed of {BASELINE}"
 
     out = []
+    words = plan.CELL_WORDS[next((r.config.get("cell", "lstm") for r in base), "lstm")]  # the LM's --cell
     for key, headline in plan.HEADLINES.items():
         taking = [v for v in plan.VARIANTS if key in v.headline and (v.label, "train") in ratio
                   and tiers[v.label] == headline.tier]
         if headline.fastest and taking:
             taking = [max(taking, key=lambda v: ratio[v.label, "train"].ratio)]
-        members = [headline.member.format(label=v.label, wording=v.wording, speeds=speeds(v.label)) for v in taking]
+        members = [headline.member.format(label=v.label, wording=v.wording.format(**words), speeds=speeds(v.label))
+                   for v in taking]
         if members:
-            out.append(headline.sentence.format(baseline=BASELINE, members="; ".join(members)))
+            out.append(headline.sentence.format(baseline=BASELINE, members="; ".join(members), **words))
     return out + [f"{r.framework}:{r.variant} ({r.tier}): not timed, {r.status}: {r.error}" for r in base
                   if r.step == "train" and r.status in ("n/a", "skipped")]

@@ -42,7 +42,8 @@ class EntryResult:
     status: str  # ok | skipped (a user error: the variant does not apply here) | n/a (see error) | failed | timeout
     error: str | None = None
     setup: Setup | None = None
-    # Per step kind (train, eval) and part of the training step (forward, backward, optimizer): each round's median, s.
+    # Per step kind (train, eval) and part of the training step (forward, backward, optimizer; the language model's
+    # decoder too): each round's median, s.
     round_s: dict[str, list[float]] = field(default_factory=dict)
     steps_per_round: dict[str, int] = field(default_factory=dict)
 
@@ -87,8 +88,9 @@ class Row:
     error: str | None
     provenance: dict | None  # as Setup.provenance (train rows)
     fallback: str | None  # why the kernel that ran is not the one the label promises (then: out of comparisons)
-    parity: float | None  # max |Δloss| against the baseline over the parity steps (dropout 0); None: not run
-    parity_ok: bool | None  # within the float32 band (1e-5), or None without parity
+    parity: float | None  # max |Δloss| against the baseline over the parity steps (dropout 0; the language model's
+    # at benchmarks.results.LM_PARITY_LR); None: not run
+    parity_ok: bool | None  # within its band (float32 1e-5, bfloat16 3e-3), or None without parity
     config: dict  # the Config fields the variant ran with (what its trainer would be given)
     lstm_impl: str | None  # what ran: nn.LSTM, fused, scan, cudnn
     device_name: str | None  # (precision settings: the run's environment, per framework)
@@ -98,13 +100,16 @@ class Row:
     lower_s: float | None
     first_step_s: float | None
     step_s: Spread | None  # over every replicate's rounds of each round's median step (None: it did not run)
-    parts: dict[str, Spread] | None  # train rows: forward, backward, optimizer, each like step_s
+    parts: dict[str, Spread] | None  # train rows: forward, backward, optimizer, each like step_s; the language
+    # model's also decoder (its decoder and loss alone, forward and backward: inside forward + backward)
     replicates: int  # worker processes whose rounds count
     rounds: int  # per replicate
     steps_per_round: int | None
     round_s: list[list[float]]  # [replicate][round]
-    samples_per_s: float | None  # batch_size / median
-    model_gflop_per_step: float  # the model's matmul FLOPs (the same for every variant: benchmarks/flops.py)
+    samples_per_s: float | None  # samples per step / median: the classifier's texts (batch_size), the language
+    # model's tokens predicted (bptt × batch_size; evaluation: bptt × 10)
+    model_gflop_per_step: float  # the model's matmul FLOPs (the same for every variant: benchmarks/flops.py; the
+    # language model's decoder included)
     executed_gflop_per_step: float | None  # what this variant computes (less with the embedding fold)
     achieved_gflop_s: float | None  # model GFLOP / median
     utilisation: float | None  # achieved / the run's float32 GEMM peak (None for another dtype)
@@ -118,7 +123,7 @@ class Comparison:
 
     baseline: str
     variant: str  # framework:variant
-    step: str  # train | eval | forward | backward | optimizer (the training step's parts)
+    step: str  # train | eval | forward | backward | optimizer (the training step's parts) | decoder (the LM's)
     sweep: dict | None
     ratio: float  # median over rounds of baseline s / variant s, each the mean over replicates (above 1: faster)
     ci95: list[float]  # [low, high]: two-level bootstrap, replicates then rounds

@@ -40,12 +40,16 @@ class TorchSide:
 
     def __init__(self, threads: int):
         import torch
-        from torch_impl import step, train
+        from torch_impl import lm_step, step, train
         torch.set_num_threads(threads)
-        self.torch, self.trainer, self.step_module = torch, train, step
+        self.torch, self.trainer, self.step_module, self.lm_step = torch, train, step, lm_step
+        self.decoder_input = None  # the decoder part's input, made once (train_step_parts)
 
     def adopt(self, twin, cfg: Config) -> None:
         self.device = self.torch.device(twin.record["device"])
+
+    def use_dtype(self, name: str) -> None:
+        """Nothing to switch: a torch twin computes in the dtype its model is cast to."""
 
     def sync(self) -> None:
         if self.device.type == "cuda":
@@ -80,7 +84,7 @@ class TorchSide:
         with profile(activities=activities, record_shapes=True) as prof:
             bench.steps("train", 1)
         events = [e for e in prof.events() if not e.name.startswith("autograd::engine")]
-        ops = sorted({e.name for e in events if re.search("rnn|lstm", e.name, re.I)})
+        ops = sorted({e.name for e in events if re.search(RECURRENT_OPS, e.name, re.I)})
         onednn = re.search(r"(?:MKL-DNN|oneDNN) v(\S+)", self.torch.__config__.show())
         out = {"kernels": ops, "kernel_dtypes": lstm_op_dtypes(events), "onednn": onednn and onednn[1],
                "cudnn": self.torch.backends.cudnn.version() if self.device.type == "cuda" else None}
@@ -102,12 +106,34 @@ class TorchSide:
         (:func:`torch_impl.step.train_step`'s ``forward``, ``backward`` and ``update``), a clock read after each
         (after a device sync): ``(state, carry, loss, seconds per part)``."""
         step, clock = self.step_module, Clock(lambda outputs: self.sync())
-        loss, new_carry, finite = step.forward(state.model, carry, batch, twin.cfg)
+        forward_of = self.lm_step.forward if twin.lm else step.forward  # the language model's: its own loss
+        loss, new_carry, finite = forward_of(state.model, carry, batch, twin.cfg)
         forward = clock.lap()
         step.backward(state.model, loss)
         backward = clock.lap()
         state, carry, loss = step.update(state, carry, new_carry, loss, finite, twin.cfg)
-        return state, carry, loss.item(), {"forward": forward, "backward": backward, "optimizer": clock.lap()}
+        parts = {"forward": forward, "backward": backward, "optimizer": clock.lap()}
+        if twin.lm:
+            parts["decoder"] = self.decoder_part(twin, batch, clock)
+        return state, carry, loss.item(), parts
+
+    def decoder_part(self, twin, window, clock: Clock) -> float:
+        """Seconds of the language model's decoder and loss alone, forward and backward, on ``window``'s shapes: the
+        twin's own ``decoder`` (its parameters' gradients and the input's) and cross-entropy on a fixed (t, B, H)
+        input in the LSTM's output range. Its gradients are discarded: the next step's backward sets them afresh."""
+        from torch_impl.lm_model import cross_entropy
+        torch, model = self.torch, twin.model
+        inputs, targets = self.lm_step.to_device(window, model)
+        shape = (*inputs.shape, model.hidden_dim)
+        if self.decoder_input is None or self.decoder_input.shape != shape:
+            gen = torch.Generator().manual_seed(0)
+            x = torch.tanh(torch.randn(shape, generator=gen)).to(device=inputs.device, dtype=model.decoder.bias.dtype)
+            self.decoder_input = x.requires_grad_()
+        x = self.decoder_input
+        clock.lap()
+        x.grad = None
+        cross_entropy(model.decoder(x), targets).backward()
+        return clock.lap()
 
     def compile_counters(self) -> dict:
         """What Dynamo did: frames traced, graphs, graph breaks, what it refused (each reason's first line), and
@@ -123,6 +149,7 @@ class TorchSide:
 
 
 DTYPE_NAMES = {"float": "f32", "double": "f64", "c10::BFloat16": "bf16", "c10::Half": "f16"}
+RECURRENT_OPS = "rnn|lstm|gru"  # the ops that run a recurrence: aten::lstm, aten::gru, mkldnn_rnn_layer, _cudnn_rnn
 
 
 def lstm_op_dtypes(events) -> dict[str, list[str]]:
@@ -134,7 +161,7 @@ def lstm_op_dtypes(events) -> dict[str, list[str]]:
 
     out: dict[str, set[str]] = {}
     for e in events:
-        own = re.search("rnn|lstm", e.name, re.I) and e.name != "aten::lstm"
+        own = re.search(RECURRENT_OPS, e.name, re.I) and e.name != "aten::lstm"
         cell = e.name in ("aten::mm", "aten::addmm") and inside_lstm(e)
         if (own or cell) and not any(c.name == e.name for c in e.cpu_children):
             out.setdefault(e.name, set()).update(DTYPE_NAMES[d] for d in e.input_dtypes if d in DTYPE_NAMES)
@@ -148,12 +175,18 @@ class JaxSide:
         from jax_impl import xla_env
         xla_env.configure()  # XLA settings that must precede the backend's start
         import jax
-        from jax_impl import step, train
-        self.jax, self.xla_env, self.step_module, self.trainer = jax, xla_env, step, train
+        from jax_impl import lm_step, step, train
+        self.jax, self.xla_env, self.step_module, self.lm_step, self.trainer = jax, xla_env, step, lm_step, train
         self.parts = None  # the step's three jitted parts (train_step_parts)
+        self.decoder = None  # the language model's decoder part: its jitted function and input (decoder_part)
 
     def adopt(self, twin, cfg: Config) -> None:
         self.device, self.precision = self.step_module.resolve_device(cfg.device), twin.record["matmul_precision"]
+
+    def use_dtype(self, name: str) -> None:
+        """What the trainer's set-up does for ``--dtype name`` before a twin computes in it: float64 switches on JAX's
+        x64 mode (for good, in this process)."""
+        self.step_module.resolve_dtype(name)
 
     def sync(self) -> None:
         pass  # every step driven here ends by reading a number from the device
@@ -177,16 +210,26 @@ class JaxSide:
         first call, which then reuses the executable: ``lower_s``, ``compile_s`` (lowering included), and ``hlo``, the
         compiled module's text."""
         step, start = self.step_module, time.perf_counter()
-        lowered = (twin.step.lower(state, twin.init_carry(), step.batch_to_device(batch, twin.place.data), twin.key)
-                   if kind == "train" else
-                   twin.evaluate.lower(state.params, step.padded_eval_batch(batch, twin.cfg.batch_size,
-                                                                          twin.place.data)))
+        if kind == "train":
+            lowered = twin.step.lower(state, twin.init_carry(), self.to_device(twin, batch), twin.key)
+        elif twin.lm:  # the window's carry goes in and out
+            lowered = twin.evaluate.lower(state.params, twin.init_carry(batch.size), self.to_device(twin, batch))
+        else:
+            lowered = twin.evaluate.lower(state.params, step.padded_eval_batch(batch, twin.cfg.batch_size,
+                                                                             twin.place.data))
         lower_s = time.perf_counter() - start
         compiled = lowered.compile()
         return {"lower_s": lower_s, "compile_s": time.perf_counter() - start, "hlo": compiled.as_text()}
 
+    def to_device(self, twin, batch) -> dict:
+        """A training batch (the classifier's ``Batch``, the LM's ``Window``) on the twin's device, as its step reads
+        it."""
+        if twin.lm:
+            return self.lm_step.window_to_device(batch, twin.place.data)
+        return self.step_module.batch_to_device(batch, twin.place.data)
+
     def compile_parts(self, twin, state, batch) -> None:
-        """Compile :meth:`train_step_parts`'s three functions by one call on ``batch``, its results discarded: their
+        """Compile :meth:`train_step_parts`'s functions by one call on ``batch``, its results discarded: their
         compile time is reported nowhere, so it can overlap the other workers' loading instead of adding to the
         one-at-a-time set-up."""
         self.jax.block_until_ready(self.train_step_parts(twin, state, twin.init_carry(), batch)[:2])
@@ -198,19 +241,49 @@ class JaxSide:
         parts, so their times add up to a little more than the step's."""
         jax, step = self.jax, self.step_module
         if self.parts is None:  # compiled in their first call
-            loss_fn = step.make_loss_fn(twin.model, twin.cfg)
+            loss_fn = (self.lm_step.make_lm_loss_fn if twin.lm else step.make_loss_fn)(twin.model, twin.cfg)
             self.parts = (jax.jit(loss_fn), jax.jit(jax.value_and_grad(loss_fn, has_aux=True)),
                           jax.jit(step.make_update(twin.cfg)))
         loss_of, grads_of, update = self.parts
-        device_batch, key = step.batch_to_device(batch, twin.place.data), jax.random.fold_in(twin.key, state.step)
+        device_batch, key = self.to_device(twin, batch), jax.random.fold_in(twin.key, state.step)
         clock = Clock(jax.block_until_ready)  # the device sync is the wait
         forward = clock.lap(loss_of(state.params, carry, device_batch, key))
         (loss, new_carry), grads = out = grads_of(state.params, carry, device_batch, key)
         backward = clock.lap(out) - forward
         state, carry, metrics = out = update(state, grads, loss, carry, new_carry)
         parts = {"forward": forward, "backward": backward, "optimizer": clock.lap(out)}
+        if twin.lm:
+            parts["decoder"] = self.decoder_part(twin, state, device_batch, clock)
         loss, finite = jax.device_get((metrics.loss, metrics.finite))
         return state, carry, float(loss) if finite else math.nan, parts
+
+    def decoder_part(self, twin, state, window: dict, clock: Clock) -> float:
+        """Seconds of the language model's decoder and loss alone, forward and backward, on ``window``'s shapes, one
+        jitted function: the model's own ``Decoder`` and ``cross_entropy`` on a fixed (t, B, H) input in the LSTM's
+        output range, differentiated for the decoder's parameters (the encoder's table when tied) and the input."""
+        jax, jnp = self.jax, self.jax.numpy
+        from jax_impl.lm_model import Decoder, cross_entropy
+        targets, model = window["targets"], twin.model
+        shape = (*targets.shape, model.hidden_dim)
+        if self.decoder is None or self.decoder[1].shape != shape:
+            decoder = Decoder(model.vocab_size, model.dtype, model.precision)
+
+            def loss(params: dict, x: jax.Array, targets: jax.Array) -> jax.Array:
+                tied = params["encoder"]["weight"] if "encoder" in params else None
+                return cross_entropy(decoder.apply({"params": params["decoder"]}, x, tied), targets)
+
+            x = jnp.tanh(jax.random.normal(jax.random.key(0), shape, model.dtype))
+            self.decoder = (jax.jit(jax.value_and_grad(loss, argnums=(0, 1))), jax.device_put(x, twin.place.data))
+            jax.block_until_ready(self.decoder[0](self.decoder_params(twin, state), self.decoder[1], targets))
+        grads_of, x = self.decoder
+        params = self.decoder_params(twin, state)
+        clock.lap()
+        return clock.lap(grads_of(params, x, targets))
+
+    @staticmethod
+    def decoder_params(twin, state) -> dict:
+        """The decoder's parameters in the state: its own, and the encoder's table when ``--tied``."""
+        return {k: state.params[k] for k in (("decoder", "encoder") if twin.model.tied else ("decoder",))}
 
     def info(self) -> dict:
         d = self.device

@@ -4,7 +4,8 @@ One JSON request per line on stdin, one ``@@ {json}`` answer per line on stdout:
 ``setup`` (compile, first step, warm-up, provenance), ``steps`` (time ``n``
 steps of one kind), ``parity`` (losses with dropout 0), ``gemm`` (the float32 matmul rate), ``train`` (convergence
 mode: the trainer's whole run), ``quit``. The steps are the twins' own ``train_step`` and ``eval_step``, each ending
-in the host sync the trainers do, on the real batches.
+in the host sync the trainers do, on the real batches of either workload (:mod:`common.workloads`: the classifier's
+texts, the language model's windows, its evaluation carry going on from window to window).
 """
 import itertools
 import json
@@ -14,6 +15,7 @@ import sys
 import time
 import traceback
 from contextlib import ExitStack
+from typing import Any, Iterator
 
 from common import interrupts
 
@@ -22,11 +24,19 @@ interrupts.exit_on_ctrl_c(__name__)  # first: Ctrl-C while the imports below loa
 import numpy as np  # noqa: E402
 
 from benchmarks.processes import REPLY_TAG  # noqa: E402
+from benchmarks.results import LM_PARITY_LR  # noqa: E402
 from benchmarks.sides import JaxSide, TorchSide, gemm_gflop_s  # noqa: E402
-from common.batches import batches, mean_distinct_tokens  # noqa: E402
+from common.batches import mean_distinct_tokens  # noqa: E402
 from common.config import Config  # noqa: E402
 from common.errors import UnsupportedError, UserError, cli_main  # noqa: E402
 from common.loop import load_run, train_steps  # noqa: E402
+from common.workloads import workload_of  # noqa: E402
+
+
+def is_full(batch: Any, cfg: Config) -> bool:
+    """Whether an evaluation batch has the shape most of them have: --batch-size texts (the classifier), --bptt rows
+    (the LM's window; the last of a split can be shorter)."""
+    return batch.inputs.shape[0] == cfg.bptt if cfg.workload == "lm" else batch.size == cfg.batch_size
 
 
 class PartsTimed:
@@ -56,27 +66,40 @@ class Bench:
     def build(self, cfg: Config):
         """``(twin, state, its training steps)``: a twin made as its trainer makes it (the trainer's set-up entered
         once), its state from the shared initial weights."""
-        self.make_twin = self.make_twin or self.exits.enter_context(self.side.trainer.twin_maker(cfg))
         twin = PartsTimed(self.make_twin(cfg, len(self.data.vocab)), self.side)
         state = twin.init_state(self.params)
         return twin, state, train_steps(twin, state, self.data.train, cfg)
 
     def load(self, msg: dict) -> dict:
         """The data and the twin, nothing timed: the harness has every worker load at once."""
-        self.cfg, self.data, self.params = load_run(Config(**msg["config"]))  # as the trainers load them
-        cfg, data = self.cfg, self.data
-        full = [b for b in batches(data.val, cfg.batch_size) if b.size == cfg.batch_size]  # one shape to time
-        self.eval = full or list(itertools.islice(batches(data.train, cfg.batch_size, shuffle_seed=0), 1))
+        cfg = Config(**msg["config"])
+        # The trainer's set-up first, as the trainers enter it: a variant it refuses is refused before the corpus
+        # is read (the bench passes no --init-from, so loading cannot change the Config it was given).
+        self.make_twin = self.exits.enter_context(self.side.trainer.twin_maker(cfg))
+        self.cfg, self.data, self.params = load_run(cfg)  # as the trainers load them
+        cfg, data, workload = self.cfg, self.data, workload_of(self.cfg)
+        # One shape to time: the full evaluation batches (else the first training batch).
+        full = [b for b in workload.eval_batches(data.val, cfg) if is_full(b, cfg)]
+        self.eval = full or list(itertools.islice(workload.train_batches(data.train, cfg, 0, 0), 1))
         self.twin, self.state, self.train = self.build(cfg)  # evaluation reads the latest state
-        self.first = next(batches(data.train, cfg.batch_size, shuffle_seed=cfg.seed))  # the shapes to compile for
+        self.first = next(workload.train_batches(data.train, cfg, 0, 0))  # the shapes to compile for
         # the embedding rows a batch reads, for the FLOPs of a fold over those rows only (benchmarks.flops)
-        train = batches(data.train, cfg.batch_size, shuffle_seed=cfg.seed)
-        self.distinct_tokens = {"train": mean_distinct_tokens(train), "eval": mean_distinct_tokens(self.eval)}
+        self.distinct_tokens = None if cfg.workload == "lm" else {
+            "train": mean_distinct_tokens(workload.train_batches(data.train, cfg, 0, 0)),
+            "eval": mean_distinct_tokens(self.eval)}
         self.side.adopt(self.twin, cfg)
-        self.evals = itertools.cycle(self.eval)  # the evaluation batches, round after round
+        self.evals = self.eval_stream()  # the evaluation batches, round after round
         if msg.get("parts"):  # untimed and unreported, so done while the other workers load
             self.side.compile_parts(self.twin, self.state, self.first)
         return {"loaded": True}
+
+    def eval_stream(self) -> Iterator[Any]:
+        """The evaluation batches over and over, as :func:`common.loop.evaluate` steps through a split: a zero
+        ``eval_carry`` at each pass's start, then the one the previous step returned (the LM's carry goes on from
+        window to window; the classifier's passes through unused)."""
+        while True:
+            self.eval_carry = self.twin.init_carry(self.eval[0].size)  # the LM's 10 columns, the classifier's B
+            yield from self.eval
 
     def setup(self, msg: dict) -> dict:
         """Compile, the first step, warm-up and provenance, each step kind in turn (one worker at a time)."""
@@ -108,9 +131,11 @@ class Bench:
         each as the seconds of its parts."""
         out = []
         for _ in range(n):
+            batch = next(self.evals) if kind == "eval" else None  # (a pass's zero carry made before the clock starts)
             start = time.perf_counter()
             if kind == "eval":
-                float(self.twin.eval_step(self.state, next(self.evals))[0])  # what evaluate() reads
+                self.eval_carry, sums = self.twin.eval_step(self.state, self.eval_carry, batch)
+                float(sums[0])  # what evaluate() reads
             else:
                 self.twin.timing = kind == "parts"
                 self.state = next(self.train).state
@@ -120,8 +145,12 @@ class Bench:
 
     def parity(self, n: int, dtype: str | None = None) -> list[float]:
         """Losses of ``n`` training steps from the shared weights with dropout 0, in a twin of their own (in ``dtype``
-        if given: the baseline's float32 reference of a bfloat16 run)."""
-        _, _, steps = self.build(self.cfg.replace(dropout=0.0, fc_dropout=0.0, dtype=dtype or self.cfg.dtype))
+        if given: the baseline's float32 reference of a bfloat16 run); the language model's at its parity learning
+        rate, :data:`benchmarks.results.LM_PARITY_LR`."""
+        off = ({"dropout": 0.0, "lr": LM_PARITY_LR} if self.cfg.workload == "lm"
+               else {"dropout": 0.0, "fc_dropout": 0.0})  # each workload's own fields
+        self.side.use_dtype(dtype or self.cfg.dtype)  # the timing is over: JAX's x64 mode cannot disturb it
+        _, _, steps = self.build(self.cfg.replace(**off, dtype=dtype or self.cfg.dtype))
         return [s.loss for s in itertools.islice(steps, n)]
 
     def handle(self, msg: dict) -> dict:

@@ -1,10 +1,12 @@
 """The command line: bad flags fail in one line with status 2; --quick runs end to end in a subprocess; compare."""
 import json
+from types import SimpleNamespace
 
 import pytest
 
 from benchmarks import bench
-from jax_impl.model import auto_lstm_impl
+from benchmarks.flops import step_flops
+from jax_impl.recurrences.choice import Run, auto
 from benchmarks.tests.command import BOTH, run_bench
 
 
@@ -27,6 +29,9 @@ from benchmarks.tests.command import BOTH, run_bench
     (["--variants", ""], "--variants: empty; give a comma list of values"),
     (["--device-counts", ""], "--device-counts: empty; give a comma list of values"),
     (["--sweep", "seq_len=10,,20"], "--sweep seq_len=10,,20: an empty value in '10,,20'"),
+    (["--workload", "lm", "--mode", "convergence"], "--mode convergence trains the classifier"),
+    (["--workload", "lm", "--seq-len", "10"], "--seq-len is not a setting of the lm workload"),
+    (["--workload", "lm", "--sweep", "seq_len=10,20"], "--seq-len is not a setting of the lm workload"),
 ])
 def test_bad_flags_print_one_line_and_exit_2(argv, message, capsys, tmp_path):
     out = tmp_path / "never"
@@ -60,7 +65,8 @@ def test_quick_run_writes_the_table_results_json_markdown_and_charts(tmp_path):
     header = next(i for i, line in enumerate(lines) if line.startswith("tier"))
     assert lines[header].split()[:5] == ["tier", "variant", "step", "kernel", "parity"]
     assert "parity over 5 training steps" in proc.stdout
-    assert "jax:cudnn: skipped: cudnn LSTM needs a CUDA GPU; this backend is cpu" in proc.stdout
+    assert ("jax:cudnn (vendor): not timed, n/a: --lstm-impl cudnn: it needs a CUDA GPU, and this backend is cpu"
+            in proc.stdout)
     # The tier sentences come first under the table, each with its interval.
     sentences = lines[lines.index("", header) + 1:]
     assert sentences[0].startswith("Stock against stock, torch:eager being PyTorch's nn.LSTM: Flax nn.RNN over Flax's "
@@ -68,7 +74,7 @@ def test_quick_run_writes_the_table_results_json_markdown_and_charts(tmp_path):
     assert sentences[1].startswith("Best tuned JAX against stock PyTorch: jax:")
     assert sentences[2].startswith("The same algorithm as nn.LSTM, hand-tuned (jax:nofold), trains at ")
     # jax:jit is the trainers' default: our kernel where auto picks it (a kernel row), else a tuned one.
-    default, why = auto_lstm_impl("float32", "cpu")
+    default, why = auto(Run(platform="cpu"))
     kernel_sentence = ["JAX with a custom kernel against stock PyTorch: our recurrence kernel as jax_impl.train's "
                        "default (jax:jit) trains at "] if default == "kernel" else []
     assert [x[:len(y)] for x, y in zip(sentences[3:], kernel_sentence)] == kernel_sentence
@@ -147,6 +153,50 @@ def test_quick_run_writes_the_table_results_json_markdown_and_charts(tmp_path):
     line = next(x for x in compare.stdout.splitlines() if x.startswith("jax:jit") and " train " in x)
     assert line.split()[-1] == "1.00×"  # a run against itself
     assert (out / "same.md").read_text(encoding="utf-8").startswith("# Two benchmark runs side by side")
+
+
+@pytest.mark.slow
+def test_lm_quick_run_times_its_rows_with_parity_at_a_small_lr_and_counts_the_decoder(tmp_path):
+    out = tmp_path / "lm"
+    proc = run_bench("--workload", "lm", "--quick", "--no-progress", "--out", str(out), timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    doc = json.loads((out / "results.json").read_text(encoding="utf-8"))
+    cfg = doc["base_config"]
+    assert (cfg["workload"], cfg["embed_dim"], cfg["hidden_dim"], cfg["batch_size"], cfg["bptt"]) == (
+        "lm", 16, 16, 8, 16)  # the quick sizes over the LM's defaults (SGD at lr 20, V 10 000 kept)
+    rows = {(r["variant"], r["step"]): r for r in doc["results"] if r["sweep"] is None}
+    for v in ("eager", "scan", "flax"):
+        for kind in ("train", "eval"):
+            r = rows[v, kind]
+            assert r["status"] == "ok" and r["step_s"]["median"] > 0 and r["rounds"] == 5, (v, kind, r["error"])
+            # samples are tokens: bptt × B in training, bptt × the example's 10 columns in evaluation
+            tokens = 16 * (8 if kind == "train" else 10)
+            assert r["samples_per_s"] == pytest.approx(tokens / r["step_s"]["median"], rel=1e-9)
+            # the model's FLOPs count the decoder (H → V at every token), three quarters and more of them here
+            model = step_flops(SimpleNamespace(**cfg), kind, doc["vocab_size"]) / 1e9
+            decoder = tokens * 2 * 16 * doc["vocab_size"] * (3 if kind == "train" else 1) / 1e9
+            assert r["model_gflop_per_step"] == pytest.approx(model) and model > decoder > 0
+            assert r["executed_gflop_per_step"] == pytest.approx(model)
+        train = rows[v, "train"]
+        assert train["parity_ok"] is True and train["fallback"] is None
+        assert all(train["parts"][p]["median"] > 0 for p in ("forward", "optimizer", "decoder"))
+    assert doc["vocab_size"] == 10_000
+    assert "aten::mkldnn_rnn_layer" in rows["eager", "train"]["provenance"]["kernels"]
+    assert [rows[v, "train"]["provenance"]["kernels"][0] for v in ("scan", "flax")] == ["impl:scan", "impl:flax"]
+    # Parity at lr 0.1, where SGD does not amplify float32 rounding as the example's 20 does: agreement to rounding.
+    parity = doc["parity"]
+    assert parity["status"] == "ok" and len(parity["losses"]["torch:eager"]) == 5
+    assert all(0 <= parity["max_abs_dloss"][k] < 1e-5 for k in ("jax:scan", "jax:flax", "jax:fused"))
+    # cuDNN serves the classifier only: not applicable, with the reason jax_impl.recurrences.choice gives.
+    cudnn = rows["cudnn", "train"]
+    assert cudnn["status"] == "n/a" and cudnn["step_s"] is None
+    assert cudnn["error"].startswith("--lstm-impl cudnn: it serves the classifier only")
+    assert ("compile", "train") not in rows  # --quick leaves torch:compile out (plan.LM_QUICK_LEAVES_OUT)
+    compared = {(c["variant"], c["step"]) for c in doc["comparisons"]}
+    assert {(v, k) for v in ("jax:scan", "jax:flax") for k in ("train", "eval", "decoder")} <= compared
+    assert "Stock against stock, torch:eager being PyTorch's nn.LSTM: " in proc.stdout and "tokens/s" in proc.stdout
+    md = (out / "results.md").read_text(encoding="utf-8")
+    assert md.startswith("# LSTM twins benchmark: the word-level language model") and "| decoder ms |" in md
 
 
 @pytest.mark.parametrize("make, message", [

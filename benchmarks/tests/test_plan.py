@@ -111,3 +111,15 @@ def test_every_headline_a_variant_names_has_a_sentence_and_the_wording_its_phras
     for v in plan.VARIANTS:
         assert set(v.headline) <= set(plan.HEADLINES), v.label
         assert all(v.wording for key in v.headline if "{wording}" in plan.HEADLINES[key].member), v.label
+
+
+def test_lm_default_holds_the_stock_rows_and_those_it_reports_as_not_serving_it():
+    both = ["torch", "jax"]
+    assert [v.label for v in plan.select_variants("default", both, "cpu", "lm")] == [
+        "torch:eager", "torch:compile", "jax:flax", "jax:scan", "jax:fused", "jax:cudnn", "jax:onednn", "jax:kernel"]
+    # --quick leaves out torch:compile (Inductor's compile of the graphs around the recurrence: ~25 s of ~35 s).
+    assert "torch:compile" not in [v.label for v in plan.select_variants("default", both, "cpu", "lm", quick=True)]
+    assert [v.label for v in plan.select_variants("default", both, "cpu", "classifier", quick=True)] == [
+        v.label for v in plan.select_variants("default", both)]  # the classifier's quick run is unchanged
+    assert [v.label for v in plan.main_variants(plan.select_variants("default", both, "cpu", "lm"), both, "lm")] == [
+        "torch:eager", "jax:flax", "jax:scan"]

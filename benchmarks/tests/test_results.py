@@ -3,13 +3,15 @@ headline sentences, from synthetic sessions (no worker runs) and from the runs c
 import json
 from dataclasses import asdict, replace
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
-from benchmarks import plan, results
+from benchmarks import flops, plan, results
 from benchmarks.plan import Headline, Variant
-from benchmarks.schema import Comparison, Round, Row
+from benchmarks.schema import Comparison, Round, Row, Session
 from benchmarks.tests.sessions import CFG, configs, entry, session
+from common.config import Config
 
 SAVED_RUNS = sorted((Path(__file__).resolve().parents[2] / "docs" / "bench").rglob("results.json"))
 
@@ -202,10 +204,12 @@ def test_tier_sentences_give_each_tier_comparison_its_ratio_and_interval():
     sentences = results.tier_sentences(rows, results.comparisons_for(s, None))
     assert sentences == [
         "Stock against stock, torch:eager being PyTorch's nn.LSTM: Flax nn.RNN over Flax's nn.OptimizedLSTMCell "
-        "(jax:flax) trains at 0.40× [0.40–0.40] and infers at 1.00× [1.00–1.00] the speed of torch:eager; Flax nn.RNN "
+        "(jax:flax) trains at 0.40× [0.40–0.40] and infers at 1.00× [1.00–1.00] the speed of torch:eager; "
+        "Flax nn.RNN "
         "over PyTorch's cell (jax:scan) trains at 0.50× [0.50–0.50] and infers at 0.50× [0.50–0.50] the speed of "
         "torch:eager.",
-        "Best tuned JAX against stock PyTorch: jax:jit trains at 2.00× [2.00–2.00] and infers at 2.00× [1.00–2.00] "
+        "Best tuned JAX against stock PyTorch: jax:jit trains at 2.00× [2.00–2.00] and infers at "
+        "2.00× [1.00–2.00] "
         "the speed of torch:eager.",
         "The same algorithm as nn.LSTM, hand-tuned (jax:nofold), trains at 0.80× [0.80–0.80] and infers at 0.50× "
         "[0.50–0.50] the speed of torch:eager.",
@@ -278,3 +282,53 @@ def test_the_headline_sentences_of_a_saved_run_come_back_word_for_word_from_its_
     doc = json.loads(path.read_text(encoding="utf-8"))
     rows, comparisons = [Row(**r) for r in doc["results"]], [Comparison(**c) for c in doc["comparisons"]]
     assert results.tier_sentences(rows, comparisons) == doc["headline"]
+
+
+LM_CFG = Config.for_workload("lm", batch_size=4, bptt=5, embed_dim=8, hidden_dim=8, layers=2, cell="gru").to_dict()
+
+
+def lm_session() -> Session:
+    """torch:eager (nn.GRU) and jax:flax at twice its speed, over 5 rounds of every kind, with the LM's parts."""
+    rounds = [Round([], 0.1, False) for _ in range(5)]
+    eager = entry("torch:eager", [0.2] * 5, [0.1] * 5, kernels=["aten::gru"])
+    flax = entry("jax:flax", [0.1] * 5, [0.05] * 5, "flax")
+    for e, scale in ((eager, 2), (flax, 1)):
+        e.round_s.update({p: [scale * x] * 5 for p, x in (("forward", 0.03), ("backward", 0.05),
+                                                         ("optimizer", 0.01), ("decoder", 0.06))})
+    return Session({"torch:eager#1": eager, "jax:flax#1": flax}, {"eval": rounds, "train": rounds, "parts": rounds})
+
+
+def test_lm_rows_count_tokens_the_decoders_flops_and_the_decoder_part():
+    s = lm_session()
+    rows = results.rows_for(s, {k: LM_CFG for k in ("torch:eager", "jax:flax")}, None, peak=None)
+    by = {(r.variant, r.step): r for r in rows}
+    assert by["flax", "train"].samples_per_s == pytest.approx(4 * 5 / 0.1)  # tokens: bptt × batch size
+    assert by["flax", "eval"].samples_per_s == pytest.approx(10 * 5 / 0.05)  # the example's 10 columns
+    # The session's vocabulary (30) sizes the decoder: the same model FLOPs for every row of a kind.
+    assert by["flax", "train"].model_gflop_per_step == pytest.approx(
+        flops.step_flops(SimpleNamespace(**LM_CFG), "train", vocab_size=30) / 1e9, rel=1e-12)
+    assert by["flax", "train"].executed_gflop_per_step == pytest.approx(by["flax", "train"].model_gflop_per_step)
+    assert by["flax", "train"].parts["decoder"].median == pytest.approx(0.06)
+    compared = {c.step: c.ratio for c in results.comparisons_for(s, None)}
+    assert compared == {"train": 2.0, "eval": 2.0, "forward": 2.0, "backward": 2.0, "optimizer": 2.0,
+                        "decoder": 2.0}
+
+
+def test_lm_parity_is_judged_within_the_float32_band_at_its_small_learning_rate():
+    s = lm_session()
+    cfgs = {k: LM_CFG for k in ("torch:eager", "jax:flax")}
+    assert results.LM_PARITY_LR == 0.1
+    close = results.parity({"torch:eager": [9.2, 8.7], "jax:flax": [9.2, 8.7 + 3e-6]}, 2)  # 3 ulps near 9
+    far = results.parity({"torch:eager": [9.2, 8.7], "jax:flax": [9.2, 8.7 + 1e-4]}, 2)
+    flax = [next(r for r in results.rows_for(s, cfgs, None, None, p) if r.variant == "flax" and r.step == "train")
+            for p in (close, far)]
+    assert [r.parity_ok for r in flax] == [True, False]
+
+
+def test_lm_stock_sentence_names_the_runs_cell_on_both_sides():
+    s = lm_session()
+    cfgs = {k: LM_CFG for k in ("torch:eager", "jax:flax")}
+    sentences = results.tier_sentences(results.rows_for(s, cfgs, None, None), results.comparisons_for(s, None))
+    assert sentences == ["Stock against stock, torch:eager being PyTorch's nn.GRU: Flax nn.RNN over Flax's nn.GRUCell "
+                         "(jax:flax) trains at 2.00× [2.00–2.00] and infers at 2.00× [2.00–2.00] the speed of "
+                         "torch:eager."]

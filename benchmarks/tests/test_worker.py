@@ -49,4 +49,4 @@ def test_a_variant_the_library_cannot_compute_is_not_applicable_with_its_reason(
     assert harness._set_up(entry, member, reply, harness.Plan(5, 1, 1, 0), entries) == []
     result = entries[entry.key]
     assert (result.status, result.setup) == ("n/a", None)
-    assert result.error.startswith("--lstm-impl fused does not implement bfloat16's mixed precision")
+    assert result.error.startswith("--lstm-impl fused: it does not implement bfloat16's mixed precision")
