@@ -46,7 +46,7 @@ class Twin(Protocol):
     is_main: bool
 
     def init_state(self, params: Params) -> Any:
-        """The starting state from neutral parameters: those parameters, a fresh Adam, step 0."""
+        """The starting state from neutral parameters: those parameters, a fresh optimizer (Adam or SGD), step 0."""
 
     def init_carry(self, batch_size: int | None = None) -> Any:
         """Zeros for this process's rows of a batch of ``batch_size`` rows (default: --batch-size)."""

