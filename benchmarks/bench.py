@@ -241,8 +241,8 @@ def main(argv: list[str] | None = None) -> int:
     frameworks = resolve_frameworks(ns.frameworks)
     if ns.mode == "convergence" and cfg.workload == "lm":
         raise ConfigError("--mode convergence trains the classifier to a validation accuracy; the language model's "
-                          "quality is its perplexity, which python -m torch_impl.train and python -m jax_impl.train "
-                          "report: --workload lm runs in --mode speed")
+                          "curves of perplexity are python -m benchmarks.lm_convergence's: --workload lm runs in "
+                          "--mode speed here")
     if ns.mode == "convergence":
         seeds = plan.int_list(ns.seeds, "--seeds", 0, "non-negative")
         if not 0.0 < ns.target <= 1.0:

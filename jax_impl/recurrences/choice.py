@@ -86,12 +86,14 @@ def obstacle(impl: str, run: Run) -> str | None:
 
 
 def auto(run: Run) -> tuple[str, str]:
-    """``--lstm-impl auto``'s choice for ``run`` and why. The language model: ``scan``, its reference. The
+    """``--lstm-impl auto``'s choice for ``run`` and why. The language model: ``scan``, its reference and, measured,
+    its fastest JAX row (``bench.py --workload lm`` on the CPU, both of the example's sizes). The
     classifier: under bfloat16 ``scan`` (PyTorch's mixed precision, which the fused recurrence and the kernel do not
     implement); our kernel where nothing stands in its way and it has its AVX-512 tiles, the fastest on the CPU
     measured (``benchmarks/PERFORMANCE.md``); else XLA's fused recurrence."""
     if run.workload == "lm":
-        return "scan", "the language model's reference recurrence (Flax nn.RNN over PyTorch's cells)"
+        return "scan", ("the language model's reference recurrence (Flax nn.RNN over PyTorch's cells), and its "
+                        "fastest JAX row measured at the example's two sizes (docs/language-model.md)")
     if run.dtype == "bfloat16":
         return "scan", "bfloat16: the scan stack computes PyTorch's mixed precision"
     passed_over = obstacle("kernel", run) or (
