@@ -93,8 +93,8 @@ class InterruptedAt:
             self._fire()
         return out
 
-    def eval_step(self, state: Any, batch: Any) -> Any:
-        out = self._twin.eval_step(state, batch)
+    def eval_step(self, state: Any, carry: Any, batch: Any) -> Any:
+        out = self._twin.eval_step(state, carry, batch)
         if self._point == "eval":
             self._fire()
         return out

@@ -100,8 +100,8 @@ def test_tied_weights_with_embed_dim_not_hidden_dim_are_refused():
         RNNModel(V, 8, H, L, "lstm", tied=True)
 
 
-def test_an_unknown_implementation_is_refused():
-    with pytest.raises(ConfigError, match="the language model's recurrence must be one of scan, flax, got 'fused'"):
+def test_a_recurrence_without_the_cell_is_refused():
+    with pytest.raises(ConfigError, match="the language model's gru recurrence is one of scan, flax, got 'fused'"):
         make_lm_model(V, E, H, L, "gru", impl="fused")
 
 
