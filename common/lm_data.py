@@ -256,8 +256,8 @@ class LMData:
 def prepare_lm_data(data: str | Path = PEOPLES_DAILY, max_vocab: int = DEFAULT_MAX_VOCAB,
                     vocab: LMVocab | None = None) -> LMData:
     """Read the corpus ``data`` names, split its lines 80/10/10 (:func:`split_ranges`), fit the vocabulary on train
-    (:func:`build_lm_vocab`; ``vocab``: a checkpoint's instead) and encode each split. Fewer than 10 lines with words is a :class:`DataError` (val
-    and test would be empty)."""
+    (:func:`build_lm_vocab`; ``vocab``: a checkpoint's instead) and encode each split. Fewer than 10 lines with words
+    is a :class:`DataError` (val and test would be empty)."""
     read = read_word_lines(data)
     n = len(read.lines)
     if n < 10:

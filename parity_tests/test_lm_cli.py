@@ -77,7 +77,8 @@ def test_each_twin_reads_the_others_lm_checkpoint_and_continues_a_prompt_identic
     checkpoint = trained[writer, cell] / "best"
     outputs = {}
     for reader in FRAMEWORKS:
-        done = python(f"{reader}_impl.predict", str(checkpoint), "猫 喜欢", "中国 人民 学生", "--words", "12", "--json")
+        prompts = ("猫 喜欢", "中国 人民 学生")
+        done = python(f"{reader}_impl.predict", str(checkpoint), *prompts, "--words", "12", "--json")
         assert done.returncode == 0, done.stderr[-2000:]
         outputs[reader] = json.loads(done.stdout)
     assert outputs["torch"] == outputs["jax"]

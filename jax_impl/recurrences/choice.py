@@ -4,7 +4,7 @@ refused with it (:func:`resolve`), and ``auto`` passes over one that has one (:f
 
     resolve("auto", Run())                    → "kernel" or "fused" (the classifier's default on the CPU, float32)
     resolve("onednn", Run(padding="right"))   → UnsupportedError: --lstm-impl onednn: it takes no sequence lengths ...
-    resolve("fused", Run("lm", cell="gru"))   → UnsupportedError: --lstm-impl fused: it computes the LSTM cell only ...
+    resolve("fused", Run("lm", cell="gru"))   → UnsupportedError: --lstm-impl fused: it computes the LSTM ...
     auto(Run(workload="lm"))                  → ("scan", why)
 
 The implementations, each a module of this package that computes and never decides where it may run (see the
@@ -86,14 +86,15 @@ def obstacle(impl: str, run: Run) -> str | None:
 
 
 def auto(run: Run) -> tuple[str, str]:
-    """``--lstm-impl auto``'s choice for ``run`` and why. The language model: ``scan``, its reference and, measured,
-    its fastest JAX row (``bench.py --workload lm`` on the CPU, both of the example's sizes). The
+    """``--lstm-impl auto``'s choice for ``run`` and why. The language model: ``scan``, its reference for both cells
+    (``bench.py --workload lm`` has not settled which JAX row is fastest: fused at the small size, scan at the
+    medium). The
     classifier: under bfloat16 ``scan`` (PyTorch's mixed precision, which the fused recurrence and the kernel do not
     implement); our kernel where nothing stands in its way and it has its AVX-512 tiles, the fastest on the CPU
     measured (``benchmarks/PERFORMANCE.md``); else XLA's fused recurrence."""
     if run.workload == "lm":
-        return "scan", ("the language model's reference recurrence (Flax nn.RNN over PyTorch's cells), and its "
-                        "fastest JAX row measured at the example's two sizes (docs/language-model.md)")
+        return "scan", ("the language model's reference recurrence (Flax nn.RNN over PyTorch's cells), for both "
+                        "cells; which row is fastest is not settled yet (docs/language-model.md)")
     if run.dtype == "bfloat16":
         return "scan", "bfloat16: the scan stack computes PyTorch's mixed precision"
     passed_over = obstacle("kernel", run) or (
