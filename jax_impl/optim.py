@@ -5,7 +5,6 @@ plain SGD, its learning rate a hyperparameter in the state (``--lr-decay`` chang
 while PyTorch always multiplies by ``min(1, max_norm / (norm + 1e-6))``. The difference is small but it is
 a different function, and this project's point is to train the same one.
 """
-import functools
 from typing import Any
 
 import jax
@@ -41,7 +40,14 @@ def make_optimizer(cfg) -> optax.GradientTransformation:
     (``-lr * g``), at ``cfg.lr`` held in the state in the parameters' dtype. Betas and eps stay Python floats (as
     hyperparameter arrays, ``1 - b1`` would round differently from PyTorch's)."""
     clip = [clip_by_global_norm_torch(cfg.clip)] if cfg.clip else []
-    rule = optax.sgd if cfg.optimizer == "sgd" else functools.partial(optax.adam, b1=0.9, b2=0.999, eps=1e-8)
+
+    # The rule takes the learning rate alone: inject_hyperparams turns every numeric argument it sees, a
+    # partial's defaults included, into a float32 array.
+    def rule(learning_rate):
+        if cfg.optimizer == "sgd":
+            return optax.sgd(learning_rate)
+        return optax.adam(learning_rate, b1=0.9, b2=0.999, eps=1e-8)
+
     dtype = jnp.float64 if cfg.dtype == "float64" else jnp.float32
     return optax.chain(*clip, optax.inject_hyperparams(rule, hyperparam_dtype=dtype)(learning_rate=cfg.lr))
 

@@ -48,3 +48,15 @@ def test_optimizer_clips_before_adam():
     mu = [s for s in optax.tree_utils.tree_get_all_with_path(state, "mu")][0][1]
     # Adam's first moment after one step is (1 - 0.9) * clipped g, with g clipped to norm 1: (0.6, 0.8).
     np.testing.assert_allclose(np.asarray(mu["w"]), [0.06, 0.08], rtol=1e-5)
+
+
+def test_adam_first_moment_scales_by_one_minus_beta1_rounded_as_pytorch():
+    # PyTorch's lerp weight is the Python float 1 - 0.9 rounded once to float32; a float32 β1 would give
+    # 1 - float32(0.9) = 0.100000024 instead, 2.4e-7 apart in every moment.
+    params = {"w": jnp.array([1.0, -2.0], jnp.float32)}
+    grads = {"w": jnp.array([3.0, 4.0], jnp.float32)}
+    tx = make_optimizer(Config(clip=0.0, lr=0.1))
+    _, state = tx.update(grads, tx.init(params), params)
+    mu = optax.tree_utils.tree_get(state, "mu")
+    np.testing.assert_array_equal(np.asarray(mu["w"]), np.float32(1 - 0.9) * np.asarray(grads["w"]))
+    assert set(optax.tree_utils.tree_get(state, "hyperparams")) == {"learning_rate"}
