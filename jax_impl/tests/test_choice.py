@@ -24,8 +24,9 @@ def test_cudnn_is_the_classifiers_only_saying_why():
     assert why.startswith("it serves the classifier only: its stack returns the final carries")
 
 
-def test_the_language_models_auto_is_its_reference_recurrence_for_both_cells():
-    assert auto(Run("lm", platform="cpu"))[0] == auto(Run("lm", platform="cpu", cell="gru"))[0] == "scan"
+def test_the_language_models_auto_is_the_fused_recurrence_for_the_lstm_and_scan_for_the_gru():
+    assert auto(Run("lm", platform="cpu"))[0] == "fused"
+    assert auto(Run("lm", platform="cpu", cell="gru"))[0] == "scan"
     assert resolve("auto", Run("lm", platform="gpu", cell="gru")) == "scan"
 
 
