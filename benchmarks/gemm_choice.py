@@ -2,11 +2,12 @@
 
 Times one recurrence step's product, (B, H)·(H, 4H) at the seed's (50, 256)·(256, 1024), the way
 ``jax_impl/recurrences/native/lstm_kernel.cc`` runs it (a team of threads, each computing its own columns, meeting at a
-barrier after every product), for each candidate library in this environment: MKL's packed GEMM and plain sgemm (from
-the installed torch) and OpenBLAS's sgemm (from the installed numpy), on one thread and on the team; then the kernel's
-own AVX-512 register tiles, on the team, as its forward runs them; for reference, XLA's own dot on the same shapes,
-chained as in a loop. Prints one Markdown table (benchmarks/PERFORMANCE.md records the figures): the kernel runs its
-tiles where the CPU has AVX-512, and the fastest library elsewhere.
+barrier after every product), for each candidate library in this environment: OpenBLAS's sgemm (scipy-openblas32, the
+kernel's BLAS) and, where torch is installed, MKL's packed GEMM and plain sgemm (from libtorch_cpu, which exports
+them), on one thread and on the team; then the kernel's own register tiles on each vector width the CPU runs (AVX-512,
+AVX2), on the team, as its forward runs them; for reference, XLA's own dot on the same shapes, chained as in a loop.
+Prints one Markdown table (benchmarks/PERFORMANCE.md records the figures): the kernel runs its tiles where the CPU
+has AVX2 or AVX-512, and OpenBLAS elsewhere.
 """
 import ctypes
 import os
@@ -17,21 +18,30 @@ from common import interrupts
 
 interrupts.exit_on_ctrl_c(__name__)  # first: Ctrl-C while the imports below load is one line and exit 130
 
-import numpy as np  # noqa: E402
-
 from common.config import Parser, int_at_least  # noqa: E402
 from common.errors import cli_main  # noqa: E402
 
 PROG = "python -m benchmarks.gemm_choice"
 SHAPE = (50, 256, 1024)  # M, K, N: B, H and 4H at the seed's sizes
-BACKENDS = {"mkl_packed": "MKL cblas_sgemm_pack + cblas_sgemm_compute", "mkl_sgemm": "MKL sgemm",
-            "openblas_sgemm": "OpenBLAS sgemm (numpy's)"}
+BACKENDS = {"openblas_sgemm": "OpenBLAS sgemm (scipy-openblas32, the kernel's)",
+            "mkl_packed": "MKL cblas_sgemm_pack + cblas_sgemm_compute (torch's)", "mkl_sgemm": "MKL sgemm (torch's)"}
+TILES = {"avx512": "lstm_kernel's AVX-512 register tiles", "avx2": "lstm_kernel's AVX2 register tiles"}
 
 
-def openblas_path() -> str:
-    """numpy's bundled OpenBLAS (scipy-openblas), '' where numpy has none."""
-    libs = Path(np.__file__).resolve().parent.parent / "numpy.libs"
-    return str(next(iter(sorted(libs.glob("libscipy_openblas64_*.so"))), ""))
+def backend_library(backend: str) -> str:
+    """The library a backend is loaded from: scipy-openblas32's OpenBLAS, or the installed torch's libtorch_cpu
+    (which exports MKL); '' where it is not installed."""
+    if backend == "openblas_sgemm":
+        try:
+            import scipy_openblas32
+        except ImportError:
+            return ""
+        return str(Path(scipy_openblas32.get_lib_dir()) / scipy_openblas32.get_library(fullname=True))
+    try:
+        import torch.utils.cpp_extension as ext
+    except ImportError:
+        return ""
+    return str(Path(ext.library_paths()[0]) / "libtorch_cpu.so")
 
 
 def library() -> ctypes.CDLL:
@@ -85,12 +95,14 @@ def main(argv: list[str] | None = None) -> int:
     print(f"| GEMM | 1 thread | team of {team} |")
     print("|---|---|---|")
     for name, what in BACKENDS.items():
-        one, all_ = (lib.gemm_choice_gflops(name.encode(), m, k, n, t, args.reps, openblas_path().encode())
-                     for t in (1, team))
+        path = backend_library(name).encode()
+        one, all_ = (lib.gemm_choice_gflops(name.encode(), m, k, n, t, args.reps, path) for t in (1, team))
         print(f"| {what} | " + " | ".join(f"{g:.0f}" if g > 0 else "n/a" for g in (one, all_)) + " |")
     from jax_impl.recurrences import kernel
-    tiles = kernel.library().lstm_kernel_tile_gflops(m, k, args.reps) if not native_reason() else -1
-    print(f"| lstm_kernel's AVX-512 register tiles | | {f'{tiles:.0f}' if tiles > 0 else 'n/a'} |")
+    for isa, what in TILES.items():
+        tiles = -1 if native_reason() else kernel.library().lstm_kernel_tile_gflops(kernel.ISAS.index(isa), m, k,
+                                                                                    args.reps)
+        print(f"| {what} | | {f'{tiles:.0f}' if tiles > 0 else 'n/a'} |")
     print(f"| XLA's dot in a fori_loop (its own threads) | | {xla_gflops(max(1, args.reps // 4)):.0f} |")
     return 0
 

@@ -97,7 +97,7 @@ def jax_pieces(b: int, t: int, h: int, d: int) -> dict[str, Callable[[], object]
         layer = jax.jit(onednn.lstm_layer)
         pieces["xla: onednn (FFI)"] = lambda: layer(x, w_ih, w_hh, bias, bias, zeros, zeros)[1]
     if native.unavailable(kernel.NAME) is None:
-        ours = jax.jit(lambda z, w: kernel.kernel_recurrence(z, w, zeros, zeros, None, PRECISION)[1])
+        ours = jax.jit(lambda z, w: kernel.gates_layer(z, w, zeros, zeros)[1])
         pieces["xla: kernel (FFI)"] = lambda: ours(gates, w_hh)
     return pieces
 

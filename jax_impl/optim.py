@@ -1,5 +1,6 @@
 """The optimizer: PyTorch's ``clip_grad_norm_`` formula, then PyTorch's Adam (betas 0.9, 0.999, eps 1e-8 outside the
-sqrt) or plain SGD, its learning rate a hyperparameter in the state (``--lr-decay`` changes it between steps: :func:`set_lr`).
+sqrt) or plain SGD, its learning rate a hyperparameter in the state (``--lr-decay`` changes it between steps:
+:func:`set_lr`).
 
 ``optax.clip_by_global_norm`` is not used: it scales by ``max_norm / norm`` only when ``norm > max_norm``,
 while PyTorch always multiplies by ``min(1, max_norm / (norm + 1e-6))``. The difference is small but it is

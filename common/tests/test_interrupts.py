@@ -227,7 +227,7 @@ LOADING = {"jax_impl.train": "flax", "torch_impl.train": "torch.nn", "jax_impl.p
            "torch_impl.predict": "torch", "torch_impl.import_model": "torch", "torch_impl.export_model": "torch",
            "common.data": "numpy", "benchmarks/bench.py": "benchmarks.convergence", "benchmarks.worker": "numpy",
            "benchmarks.profile_step": "jax", "benchmarks.loop_cost": "jax", "benchmarks.rng_cost": "jax",
-           "benchmarks.gemm_choice": "numpy", "scripts/gpu_check.py": "common.config",
+           "benchmarks.gemm_choice": "common.config", "scripts/gpu_check.py": "common.config",
            "scripts/preflight.py": "common.errors", "benchmarks.ngram_baseline": "nltk"}
 
 

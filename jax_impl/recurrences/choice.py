@@ -77,7 +77,7 @@ def obstacle(impl: str, run: Run) -> str | None:
                     "packed sequences on its ATen cell instead")
         if run.devices > 1:
             return "it runs on one device: XLA cannot split a custom call over a mesh"
-        unavailable = native.unavailable(NATIVE[impl])
+        unavailable = native.unavailable(NATIVE[impl]) or (kernel.isa_problem() if impl == "kernel" else None)
         if unavailable:
             return unavailable
         if impl == "onednn" and run.dtype == "bfloat16" and not onednn.has_bfloat16():
@@ -90,7 +90,7 @@ def auto(run: Run) -> tuple[str, str]:
     the fastest JAX row at both of the example's sizes on the CPU measured (``docs/language-model.md``; our kernel
     was slower there), and ``scan`` for the GRU (no tuned GRU exists). The classifier: under bfloat16 ``scan``
     (PyTorch's mixed precision, which the fused recurrence and the kernel do not implement); our kernel where
-    nothing stands in its way and it has its AVX-512 tiles, the fastest on the CPU measured
+    nothing stands in its way and it runs its AVX-512 or AVX2 tiles, the fastest on the CPUs measured
     (``benchmarks/PERFORMANCE.md``); else XLA's fused recurrence."""
     if run.workload == "lm":
         if run.cell == "gru":
@@ -100,10 +100,10 @@ def auto(run: Run) -> tuple[str, str]:
     if run.dtype == "bfloat16":
         return "scan", "bfloat16: the scan stack computes PyTorch's mixed precision"
     passed_over = obstacle("kernel", run) or (
-        None if kernel.vectorised() else "this CPU has no AVX-512, and the kernel's portable path was not measured "
-                                         "faster than XLA's")
+        "it runs its portable path here (no AVX2 tiles), which was not measured faster than XLA's"
+        if kernel.isa() == "portable" else None)
     if passed_over is None:
-        return "kernel", "our kernel: float32 on one CPU device, with its AVX-512 tiles"
+        return "kernel", f"our kernel: float32 on one CPU device, with its {kernel.GEMMS[kernel.isa()]}"
     return "fused", f"XLA's fused recurrence, not our kernel: {passed_over}"
 
 

@@ -28,24 +28,6 @@ from jax_impl.numerics import PRECISION, Array, LayerCarry, LayerWeights, dot
 UNROLL = 2  # time steps per loop iteration (why 2: benchmarks/PERFORMANCE.md)
 
 
-class LayerInput(NamedTuple):
-    """A layer's input before its projection, for a recurrence that projects it inside each step's product: x (T, B,
-    D), w_ih (4H, D), bias b_ih + b_hh (4H,)."""
-    x: Array
-    w_ih: Array
-    bias: Array
-
-
-class TableInput(NamedTuple):
-    """Layer 0's input as the embedding fold leaves it to a recurrence that projects it itself: the table (V, E), the
-    tokens (T, B) int, w_ih (4H, E), bias b_ih + b_hh (4H,). Step t of row b takes ``table[tokens[t, b]] W_ih^T +
-    bias``; the recurrence need project only the rows the tokens use."""
-    table: Array
-    tokens: Array
-    w_ih: Array
-    bias: Array
-
-
 # --- Shared pieces: one cell step forward and backward on a (B, 4H) gate block, loop buffers ---------------------
 
 def _project(x: Array, w_ih: Array, b_ih: Array, b_hh: Array, precision: lax.Precision) -> Array:
@@ -364,9 +346,7 @@ def embedding_lstm_stack(table: Array, tokens: Array, layer_params: Sequence[Lay
                          carries: Sequence[LayerCarry], lengths: Array | None = None,
                          dropout_masks: Sequence[Array] | None = None, *,
                          wavefront: bool = True, embed_fold: bool = True,
-                         precision: lax.Precision = PRECISION,
-                         layer_recurrence=xla_recurrence, recurrence_projects: bool = False
-                         ) -> tuple[LayerCarry, ...]:
+                         precision: lax.Precision = PRECISION) -> tuple[LayerCarry, ...]:
     """``nn.LSTM(num_layers=L)`` over the embedded tokens ``table[tokens]``, time-major → each layer's final
     carry (h_T, c_T), each (B, H).
 
@@ -378,36 +358,25 @@ def embedding_lstm_stack(table: Array, tokens: Array, layer_params: Sequence[Lay
     as one wavefront loop, other depths (and any depth with ``wavefront=False``) layer by layer. With
     ``embed_fold`` and V < T·B, layer 0's input projection is ``(table W_ih^T)[tokens]``: fewer multiply-adds,
     the same sums associated differently; otherwise it is ``table[tokens] W_ih^T``, as in ``nn.LSTM``. Every
-    matmul, forward and backward, runs at ``precision``. ``layer_recurrence``: what runs each layer's recurrence on
-    the layer-by-layer path, called as :func:`xla_recurrence` is (:mod:`jax_impl.recurrences.kernel` passes its kernel);
-    with ``recurrence_projects`` it gets each input that would be projected here as a :class:`LayerInput` instead, and
-    the embedding fold's as a :class:`TableInput`.
+    matmul, forward and backward, runs at ``precision``.
     """
-    wave = wavefront and len(layer_params) == 2
-    projects = recurrence_projects and not wave  # the wavefront calls no layer_recurrence: it projects here
-
-    def project(x, w_ih, b_ih, b_hh):
-        return LayerInput(x, w_ih, b_ih + b_hh) if projects else _project(x, w_ih, b_ih, b_hh, precision)
-
     if dropout_masks is not None:
         if len(dropout_masks) != len(layer_params) - 1:
             raise ValueError(f"need {len(layer_params) - 1} dropout masks, got {len(dropout_masks)}")
         dropout_masks = [lax.stop_gradient(m) for m in dropout_masks]  # constants: no gradient flows to them
     w_ih0, _, b_ih0, b_hh0 = layer_params[0]
-    if embed_fold and table.shape[0] < tokens.size:
-        # Gathered inside the loop, row by row where it can be; a recurrence that projects gathers its own rows.
-        source = (TableInput(table, tokens, w_ih0, b_ih0 + b_hh0) if projects
-                  else (dot(table, w_ih0.T, precision) + (b_ih0 + b_hh0), tokens))
+    if embed_fold and table.shape[0] < tokens.size:  # gathered inside the loop, row by row where it can be
+        source = (dot(table, w_ih0.T, precision) + (b_ih0 + b_hh0), tokens)
     else:
-        source = project(jnp.take(table, tokens, axis=0), w_ih0, b_ih0, b_hh0)
-    if wave:
+        source = _project(jnp.take(table, tokens, axis=0), w_ih0, b_ih0, b_hh0, precision)
+    if wavefront and len(layer_params) == 2:
         return _wave(source, layer_params[0][1], tuple(layer_params[1]), tuple(carries[0]), tuple(carries[1]),
                      _mask(lengths, tokens.shape[0]), None if dropout_masks is None else dropout_masks[0], precision)
     finals = []
     for k, (params, (h0, c0)) in enumerate(zip(layer_params, carries)):
         if k > 0:  # the previous layer's outputs are this layer's input
             x = x if dropout_masks is None else x * dropout_masks[k - 1].astype(x.dtype)
-            source = project(x, params[0], params[2], params[3])
-        x, final = layer_recurrence(source, params[1], h0, c0, lengths, precision)
+            source = _project(x, params[0], params[2], params[3], precision)
+        x, final = xla_recurrence(source, params[1], h0, c0, lengths, precision)
         finals.append(final)
     return tuple(finals)

@@ -1,9 +1,10 @@
 """Our recurrence kernel (``--lstm-impl kernel``): through XLA's FFI it computes what the project's reference, Flax
 ``nn.RNN`` over PyTorch's cell, computes, values and gradients, with and without sequence lengths; from given input
 gates, from a layer's input it projects itself, and from the embedding table it folds itself; on any split of the
-hidden units and of the inputs over its threads, on AVX-512 and on the scalar path; deterministically; flushing
-denormals on every thread as XLA does; and what it cannot compute is refused in one line. Skipped, saying why, where
-the native library was not built."""
+hidden units and of the inputs over its threads, on each of its instruction sets (AVX-512, AVX2, portable: each
+forced in turn, where the CPU runs it); deterministically; flushing denormals on every thread as XLA does; its exp
+and tanh within their stated ulps; and what it cannot compute is refused in one line. Skipped, saying why, where the
+native library was not built."""
 from __future__ import annotations
 
 import json
@@ -25,23 +26,36 @@ from jax_impl.tests.test_fused import (LENGTHS, _assert_close, _embedding_args, 
 
 needs_library = pytest.mark.skipif(native.unavailable(kernel.NAME) is not None,
                                    reason=str(native.unavailable(kernel.NAME)))
-# The kernel's GEMM and SLEEF's functions against XLA's: the same float32 function rounded differently, a few ulps
+# The kernel's GEMM and libmvec's functions against XLA's: the same float32 function rounded differently, a few ulps
 # of each array's scale (as the fused stack against the reference, test_fused).
 REL_TOL = 2e-5
 HIGHEST = jax.lax.Precision.HIGHEST
 
 
+@pytest.fixture(params=kernel.ISAS)
+def isa(request):
+    """The test runs once per instruction set of the library, each forced in turn as LSTM_KERNEL_ISA forces it;
+    skipped, saying so, where the CPU cannot run it."""
+    lib = kernel.library()
+    number = kernel.ISAS.index(request.param)
+    if not lib.lstm_kernel_supported(number):
+        pytest.skip(f"this CPU cannot run the kernel's {request.param} path")
+    previous = lib.lstm_kernel_set_isa(number)
+    yield request.param
+    lib.lstm_kernel_set_isa(previous)
+
+
 @needs_library
 @pytest.mark.parametrize("layers", [1, 2, 3])
 @pytest.mark.parametrize("with_lengths", [False, True], ids=["full", "lengths"])
-def test_final_carries_and_gradients_equal_jax_grad_of_the_reference(layers, with_lengths):
+def test_final_carries_and_gradients_equal_jax_grad_of_the_reference(layers, with_lengths, isa):
     assert_stack_matches_reference(kernel.kernel_stack, layers, jnp.asarray(LENGTHS) if with_lengths else None,
                                    REL_TOL)
 
 
 @needs_library
 @pytest.mark.parametrize("vocab", [6, 40], ids=["projected-table", "projected-rows"])  # V < T·B = 21, V > T·B
-def test_on_the_embedding_folds_path_gathered_rows_and_their_added_gradients_equal_the_reference(vocab):
+def test_on_the_embedding_folds_path_gathered_rows_and_their_added_gradients_equal_the_reference(vocab, isa):
     # 6 rows: the kernel reads layer 0's gates from the projected table and adds repeated tokens' gradients into it.
     table, tokens, weights, carries, masks = _embedding_args(6, vocab)
     lengths = jnp.asarray(LENGTHS)
@@ -64,7 +78,7 @@ def _recurrence_args(hidden: int, steps: int = 9, batch: int = 5, scale: float =
 
 def kernel_layer(gates_x, w_hh, h0, c0, lengths):
     """The kernel on gates_x (T, B, 4H) as the layer-by-layer path calls it."""
-    return kernel.kernel_recurrence(gates_x, w_hh, h0, c0, lengths, HIGHEST)
+    return kernel.gates_layer(gates_x, w_hh, h0, c0, lengths)
 
 
 def _outputs_and_gradients(layer, args, cotangents):
@@ -78,8 +92,8 @@ def _outputs_and_gradients(layer, args, cotangents):
 
 @needs_library
 @pytest.mark.parametrize("hidden", [1, 16, 40, 70])
-def test_every_split_of_the_units_over_the_threads_computes_the_xla_recurrence(hidden):
-    # 40 units: blocks of 16, 16 and 8 over two threads; 70: a last block of 6 lanes; 1: one thread, one lane.
+def test_every_split_of_the_units_over_the_threads_computes_the_xla_recurrence(hidden, isa):
+    # 40 units: blocks of 16, 16 and 8 over two threads; 70: a last block of 6 units; 1: one thread, one unit.
     args, lengths, cotangents = _recurrence_args(hidden)
     got = _outputs_and_gradients(lambda *a: kernel_layer(*a, lengths), args, cotangents)
     want = _outputs_and_gradients(lambda *a: fused.xla_recurrence(*a, lengths, HIGHEST), args, cotangents)
@@ -101,7 +115,7 @@ def _projected_layers(lengths):
     """The kernel projecting x itself, and XLA's projection followed by XLA's recurrence, on (x, w_ih, bias, w_hh, h0,
     c0)."""
     def in_kernel(x, w_ih, bias, w_hh, h0, c0):
-        return kernel.kernel_recurrence(fused.LayerInput(x, w_ih, bias), w_hh, h0, c0, lengths, HIGHEST)
+        return kernel.input_layer(x, w_ih, bias, w_hh, h0, c0, lengths)
 
     def in_xla(x, w_ih, bias, w_hh, h0, c0):
         gates_x = fused._project(x, w_ih, bias, jnp.zeros_like(bias), HIGHEST)
@@ -111,9 +125,9 @@ def _projected_layers(lengths):
 
 @needs_library
 @pytest.mark.parametrize("hidden,inputs", [(16, 1), (40, 40), (70, 23), (16, 150)])
-def test_a_layer_input_projected_inside_the_kernel_computes_xlas_projection_then_recurrence(hidden, inputs):
-    # Gradients of x, w_ih and the bias too; 150 inputs: three blocks of 64 columns of dx dealt over two threads,
-    # 23: one short block; 1: one thread, one lane.
+def test_a_layer_input_projected_inside_the_kernel_computes_xlas_projection_then_recurrence(hidden, inputs, isa):
+    # Gradients of x, w_ih and the bias too; 150 inputs: several panels of columns of dx dealt over two threads,
+    # 23: one short panel; 1: one thread, one lane.
     args, lengths, cotangents = _projected_args(hidden, inputs)
     in_kernel, in_xla = _projected_layers(lengths)
     _assert_close(_outputs_and_gradients(in_kernel, args, cotangents),
@@ -138,8 +152,7 @@ def _table_layers(tokens, lengths):
     """The kernel folding the embedding itself (the used rows projected), and XLA's fold (the whole table projected,
     its rows gathered by the tokens) followed by XLA's recurrence, on (table, w_ih, bias, w_hh, h0, c0)."""
     def in_kernel(table, w_ih, bias, w_hh, h0, c0):
-        return kernel.kernel_recurrence(fused.TableInput(table, tokens, w_ih, bias), w_hh, h0, c0, lengths,
-                                        HIGHEST)
+        return kernel.table_layer(table, tokens, w_ih, bias, w_hh, h0, c0, lengths)
 
     def in_xla(table, w_ih, bias, w_hh, h0, c0):
         table_gates = dot(table, w_ih.T, HIGHEST) + bias
@@ -149,7 +162,7 @@ def _table_layers(tokens, lengths):
 
 @needs_library
 @pytest.mark.parametrize("hidden,embed", [(16, 1), (40, 23), (70, 150)])
-def test_the_embedding_folded_inside_the_kernel_computes_xlas_fold_then_recurrence(hidden, embed):
+def test_the_embedding_folded_inside_the_kernel_computes_xlas_fold_then_recurrence(hidden, embed, isa):
     # The tokens use 4 of 11 rows: the gradient of the table is 0 in the 7 others, and that of w_ih and the bias sums
     # the used rows' only.
     args, tokens, lengths, cotangents = _table_args(hidden, embed, 11)
@@ -178,8 +191,8 @@ def test_under_vmap_each_element_gets_what_its_own_call_computes():
 
 @needs_library
 @pytest.mark.parametrize("projected", ["no", "input", "table"], ids=["input-gates", "projected-input", "folded-table"])
-def test_the_scalar_gate_math_computes_what_the_vectorised_one_does(projected):
-    # Without AVX-512: MKL's GEMM and the C library's exp and tanh; with it: the tiles and SLEEF's, both a few ulps.
+def test_each_vector_path_computes_what_the_portable_one_does(projected, isa):
+    # The portable path: OpenBLAS's GEMM and the C library's exp and tanh; the vector paths: the tiles and libmvec's.
     if projected == "input":
         args, lengths, cotangents = _projected_args(40, 70)
         layer = _projected_layers(lengths)[0]
@@ -189,14 +202,55 @@ def test_the_scalar_gate_math_computes_what_the_vectorised_one_does(projected):
     else:
         args, lengths, cotangents = _recurrence_args(40)
         layer = lambda *a: kernel_layer(*a, lengths)  # noqa: E731
+    if isa == "portable":
+        pytest.skip("the portable path is the reference here")
+    assert kernel.describe(40)["kernel_isa"] == isa
     vectorised = _outputs_and_gradients(layer, args, cotangents)
-    previous = kernel.library().lstm_kernel_set_vectorised(0)
+    previous = kernel.library().lstm_kernel_set_isa(kernel.ISAS.index("portable"))
     try:
-        assert kernel.describe(40)["gate_math"] == "scalar, the C library's exp and tanh"
-        scalar = _outputs_and_gradients(jax.jit(layer), args, cotangents)
+        assert kernel.describe(40)["gate_math"] == "the C library's expf and tanhf, scalar"
+        portable = _outputs_and_gradients(jax.jit(layer), args, cotangents)
     finally:
-        kernel.library().lstm_kernel_set_vectorised(previous)
-    _assert_close(scalar, vectorised, 1e-6)
+        kernel.library().lstm_kernel_set_isa(previous)
+    _assert_close(portable, vectorised, 1e-6)
+
+
+@needs_library
+@pytest.mark.parametrize("function,reference,ulps", [(0, np.exp, 3), (1, np.tanh, 2)], ids=["exp", "tanh"])
+def test_the_gate_maths_exp_and_tanh_are_within_their_stated_ulps(function, reference, ulps, isa):
+    # Every float32 in [-20, 20] 4e-4 apart and around 0, against the float64 function: libmvec's expf measured 2.5
+    # ulps at most and its tanhf 1.0; the C library's 0.5 and 1.9.
+    x = np.concatenate([np.linspace(-20, 20, 100_001), np.geomspace(1e-30, 1, 2001), -np.geomspace(1e-30, 1, 2001)])
+    x = x.astype(np.float32)
+    out = np.empty_like(x)
+    assert kernel.library().lstm_kernel_activation(kernel.ISAS.index(isa), function, x.ctypes.data,
+                                                   out.ctypes.data, x.size) == 0
+    exact = reference(x.astype(np.float64))
+    error = np.abs(out - exact) / np.spacing(np.abs(exact).astype(np.float32))
+    assert float(np.max(error)) <= ulps
+
+
+@needs_library
+def test_the_library_links_no_pytorch_and_says_which_instruction_set_it_runs():
+    ldd = subprocess.run(["ldd", str(native.library_path(kernel.NAME))], capture_output=True, text=True).stdout
+    assert "torch" not in ldd and "libc10" not in ldd and "libscipy_openblas" in ldd and "libmvec" in ldd
+    described = kernel.describe(256)
+    assert described["kernel_isa"] in kernel.ISAS and described["gemm"] == kernel.GEMMS[described["kernel_isa"]]
+
+
+@needs_library
+@pytest.mark.parametrize("value,expected", [
+    ("portable", "portable OpenBLAS sgemm"),
+    ("neon", "LSTM_KERNEL_ISA must be one of avx512, avx2, portable, got 'neon'"),
+])
+def test_lstm_kernel_isa_forces_a_path_or_is_refused_in_one_line(value, expected):
+    code = ("from common.errors import UnsupportedError\n"
+            "from jax_impl.recurrences import kernel\n"
+            "try:\n    d = kernel.describe(64); print(d['kernel_isa'], d['gemm'])\n"
+            "except UnsupportedError as err:\n    print(err)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                         env={**os.environ, kernel.ISA_ENV: value})
+    assert out.stdout.strip() == expected, out.stderr
 
 
 @needs_library
@@ -248,22 +302,15 @@ def test_what_the_kernel_cannot_compute_is_refused_in_one_line(dtype, platform, 
 
 
 @needs_library
-def test_auto_runs_the_kernel_in_float32_on_one_cpu_device_with_avx512():
-    if not kernel.library().lstm_kernel_vectorised():
-        pytest.skip("this CPU has no AVX-512")
-    assert auto(Run(platform="cpu")) == (
-        "kernel", "our kernel: float32 on one CPU device, with its AVX-512 tiles")
-
-
-@needs_library
-def test_auto_passes_over_the_kernels_portable_path_for_xlas_recurrence():
-    previous = kernel.library().lstm_kernel_set_vectorised(0)  # as on a CPU without AVX-512
-    try:
-        assert auto(Run(platform="cpu")) == ("fused", "XLA's fused recurrence, not our kernel: this CPU has no "
-                                                    "AVX-512, and the kernel's portable path was not measured faster "
-                                                    "than XLA's")
-    finally:
-        kernel.library().lstm_kernel_set_vectorised(previous)
+def test_auto_runs_the_kernel_on_its_vector_tiles_and_xlas_recurrence_on_its_portable_path(isa):
+    if isa == "portable":  # as on a CPU without AVX2
+        assert auto(Run(platform="cpu")) == ("fused", "XLA's fused recurrence, not our kernel: it runs its portable "
+                                                      "path here (no AVX2 tiles), which was not measured faster than "
+                                                      "XLA's")
+    else:
+        assert auto(Run(platform="cpu")) == (
+            "kernel", f"our kernel: float32 on one CPU device, with its {'AVX-512' if isa == 'avx512' else 'AVX2'} "
+                      "tiles")
 
 
 def test_auto_passes_over_a_kernel_that_was_not_built_saying_why(tmp_path, monkeypatch):

@@ -2,7 +2,10 @@
 built library has its size and SHA-256 on record, which the checks before loading it compare."""
 import hashlib
 import json
+import os
 import shutil
+import subprocess
+import sys
 
 import pytest
 
@@ -61,3 +64,40 @@ def test_a_built_library_has_its_size_and_sha256_on_record_and_passes_the_checks
     assert record["sha256"] == hashlib.sha256(library.read_bytes()).hexdigest()
     assert json.loads((build_dir / "tiny.json").read_text())["sha256"] == record["sha256"]
     assert native.unavailable("tiny") is None
+
+
+@pytest.mark.slow  # a build of its own, about 15 s
+def test_the_kernel_builds_and_runs_where_torch_cannot_be_imported(tmp_path):
+    # A process in which `import torch` fails, as in a JAX-only install: the kernel builds from the packages the
+    # project installs (scipy-openblas32) and glibc, then computes one layer through XLA.
+    code = (
+        "import sys; sys.modules['torch'] = None\n"
+        "from jax_impl.recurrences.native import build\n"
+        "record = build.build(build.EXTENSIONS['lstm_kernel'])\n"
+        "assert record['built'], record.get('reason')\n"
+        "import jax.numpy as jnp\n"
+        "from jax_impl.recurrences import kernel\n"
+        "x, w, h = jnp.ones((3, 2, 8)), jnp.full((8, 2), 0.1), jnp.zeros((2, 2))\n"
+        "ys, (h_t, c_t) = kernel.gates_layer(x, w, h, h)\n"
+        "print(kernel.describe(2)['kernel_isa'], round(float(ys[-1, 0, 0]), 6), 'torch' in sys.modules and "
+        "sys.modules['torch'] is not None)\n")
+    env = {**os.environ, "LSTM_TWINS_NATIVE_BUILD_DIR": str(tmp_path)}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600, env=env)
+    assert out.returncode == 0, out.stderr[-2000:]
+    isa, y, torch_loaded = out.stdout.split()
+    assert isa in ("portable", "avx2", "avx512") and torch_loaded == "False"
+    assert float(y) == pytest.approx(reference_lstm_output(), abs=1e-6)
+
+
+def reference_lstm_output() -> float:
+    """h of unit 0 after 3 steps of a 2-unit LSTM whose input gates are 1 each step and whose W_hh is 0.1 everywhere,
+    in numpy float64."""
+    import numpy as np
+    sigmoid = lambda z: 1 / (1 + np.exp(-z))  # noqa: E731
+    h = c = np.zeros(2)
+    for _ in range(3):
+        z = 1.0 + 0.1 * h.sum()
+        i = f = o = sigmoid(z)
+        c = f * c + i * np.tanh(z)
+        h = o * np.tanh(c)
+    return float(h[0])

@@ -37,8 +37,9 @@ FFI_HANDLERS = {
                     "onednn_lstm_backward_bf16", "onednn_lstm_denormals_flushed"),
 }
 FUNCTIONS = {
-    "lstm_kernel": ("lstm_kernel_vectorised", "lstm_kernel_set_vectorised", "lstm_kernel_threads",
-                    "lstm_kernel_tile_gflops", "lstm_kernel_team_flush_fraction"),
+    "lstm_kernel": ("lstm_kernel_isa", "lstm_kernel_supported", "lstm_kernel_set_isa", "lstm_kernel_exp_tanh",
+                    "lstm_kernel_activation", "lstm_kernel_threads", "lstm_kernel_tile_gflops",
+                    "lstm_kernel_team_flush_fraction"),
     "onednn_lstm": ("onednn_lstm_workspace_bytes", "onednn_lstm_version", "onednn_lstm_threads",
                     "onednn_lstm_copies"),
     "gemm_choice": ("gemm_choice_gflops",),

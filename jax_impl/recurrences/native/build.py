@@ -12,6 +12,7 @@ stdout, with the seconds it took.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -71,24 +72,40 @@ def onednn_flags() -> list[str]:
     return ["-fopenmp", *torch_flags()]
 
 
-def kernel_flags() -> list[str]:
-    """MKL's packed GEMM and SLEEF's exp and tanh, both linked into libtorch_cpu (which exports them), OpenMP for the
-    team, and no contraction of a * b + c into one fused multiply-add, which would round differently from XLA."""
+def openblas_flags() -> list[str]:
+    """OpenBLAS from the scipy-openblas32 package the project installs (its symbols prefixed ``scipy_``, so it never
+    meets numpy's or torch's BLAS), with an rpath to it."""
     try:
-        import torch.utils.cpp_extension as ext
+        import scipy_openblas32
     except ImportError:
-        raise Missing("torch is not installed (the kernel takes MKL's GEMM from it)") from None
-    lib = Path(ext.library_paths()[0])
-    return ["-fopenmp", "-ffp-contract=off", f"-L{lib}", "-ltorch_cpu", f"-Wl,-rpath,{lib}"]
+        raise Missing("scipy-openblas32 is not installed (the kernel's BLAS); make setup installs it") from None
+    lib = scipy_openblas32.get_lib_dir()
+    return [f"-I{scipy_openblas32.get_include_dir()}", f"-L{lib}", f"-l{scipy_openblas32.get_library()}",
+            f"-Wl,-rpath,{lib}"]
+
+
+def libmvec_flags() -> list[str]:
+    """glibc's vector math library: expf and tanhf on 8 and 16 lanes (tanhf from glibc 2.35)."""
+    found = os.confstr("CS_GNU_LIBC_VERSION") if hasattr(os, "confstr") else None
+    version = tuple(int(p) for p in found.split()[-1].split(".")[:2]) if found and found.startswith("glibc") else None
+    if version is None or version < (2, 35):
+        raise Missing(f"the kernel needs glibc 2.35 or later for its vector tanhf (libmvec), found {found or 'none'}")
+    return ["-lmvec"]
+
+
+def kernel_flags() -> list[str]:
+    """OpenBLAS and libmvec, OpenMP for the team, and no contraction of a * b + c into one fused multiply-add, which
+    would round differently from XLA (the tiles' FMAs are written out). Nothing from torch."""
+    return ["-fopenmp", "-ffp-contract=off", *openblas_flags(), *libmvec_flags()]
 
 
 EXTENSIONS = {e.name: e for e in (
     Extension("onednn_lstm", ("onednn_lstm.cc",), onednn_flags,
               "oneDNN's LSTM primitive through ATen's mkldnn_rnn_layer (the kernel torch:eager runs)"),
-    Extension("lstm_kernel", ("lstm_kernel.cc",), kernel_flags,
-              "our LSTM recurrence: its own AVX-512 GEMM tiles (MKL's packed GEMM elsewhere) with the gate math in the "
-              "same pass, one team of threads", optimise=("-O3",)),
-    Extension("gemm_choice", ("gemm_choice.cc",), lambda: [*kernel_flags(), "-ldl"],
+    Extension("lstm_kernel", ("lstm_kernel.cc", "lstm_step_avx512.cc", "lstm_step_avx2.cc", "lstm_step_portable.cc"),
+              kernel_flags, "our LSTM recurrence: its own AVX-512 and AVX2 GEMM tiles (OpenBLAS elsewhere) with the "
+              "gate math in the same pass, one team of threads", optimise=("-O3",)),
+    Extension("gemm_choice", ("gemm_choice.cc",), lambda: ["-fopenmp", "-ldl"],
               "the microbenchmark that chose lstm_kernel's GEMM (python -m benchmarks.gemm_choice)"),
 )}
 

@@ -1,7 +1,9 @@
 // The microbenchmark that chose lstm_kernel's GEMM: one recurrence step's product (M, K) . (K, N), as the kernel
 // runs it: a team of threads, each computing its own N / threads columns, meeting at a barrier after every product.
-// Candidates: MKL's packed GEMM (cblas_sgemm_pack once, cblas_sgemm_compute per step) and plain sgemm, both from the
-// MKL that torch links and exports, and OpenBLAS's sgemm from the library numpy ships (its path is an argument).
+// Candidates, each loaded from the library whose path is an argument (this library links none of them):
+// OpenBLAS's sgemm from scipy-openblas32 (the kernel's BLAS), and, for comparison where torch is installed, MKL's
+// packed GEMM (cblas_sgemm_pack once, cblas_sgemm_compute per step) and plain sgemm, from libtorch_cpu, which exports
+// them. The kernel's own tiles are timed by lstm_kernel_tile_gflops.
 #include <dlfcn.h>
 #include <omp.h>
 
@@ -11,34 +13,46 @@
 #include <cstring>
 #include <vector>
 
-#include "mkl_exports.h"
-
 namespace {
 
-using namespace mkl_exports;  // the CBLAS enum values
-using OpenBlasSgemm = void (*)(int, int, int, int64_t, int64_t, int64_t, float, const float*, int64_t, const float*,
-                               int64_t, float, float*, int64_t);  // cblas_sgemm with 64-bit integers
-using OpenBlasThreads = void (*)(int);
+constexpr int kRowMajor = 101, kNoTrans = 111, kPacked = 151, kBMatrix = 162;  // the CBLAS enum values
+
+using OpenBlasSgemm = void (*)(int, int, int, int, int, int, float, const float*, int, const float*, int, float,
+                               float*, int);  // cblas_sgemm, 32-bit integers
+using Threads = void (*)(int);
+using PackSize = size_t (*)(int, int, int, int);
+using Pack = void (*)(int, int, int, int, int, int, float, const float*, int, float*);
+using PackedCompute = void (*)(int, int, int, int, int, int, const float*, int, const float*, int, float, float*,
+                               int);
+using MklThreads = int (*)(int);
+using FortranSgemm = void (*)(const char*, const char*, const int*, const int*, const int*, const float*, const float*,
+                              const int*, const float*, const int*, const float*, float*, const int*);
+
+template <typename F>
+F symbol(void* library, const char* name) {
+  return library ? reinterpret_cast<F>(dlsym(library, name)) : nullptr;
+}
 
 }  // namespace
 
-// GFLOP/s of the best of 5 runs of `reps` products by `backend` ("mkl_packed", "mkl_sgemm" or "openblas_sgemm"; the
-// last needs `openblas`, the path of a library exporting scipy_cblas_sgemm64_) on `threads` threads; -1 where the
-// backend is unknown or cannot be loaded.
+// GFLOP/s of the best of 5 runs of `reps` products by `backend` ("openblas_sgemm" from `library`, a scipy-openblas32
+// library; "mkl_packed" or "mkl_sgemm" from `library`, a libtorch_cpu) on `threads` threads; -1 where the backend is
+// unknown or its library or symbols cannot be loaded.
 extern "C" double gemm_choice_gflops(const char* backend, int m, int k, int n, int threads, int reps,
-                                     const char* openblas) {
-  OpenBlasSgemm openblas_sgemm = nullptr;
-  if (!std::strcmp(backend, "openblas_sgemm")) {
-    void* library = dlopen(openblas, RTLD_NOW | RTLD_LOCAL);
-    openblas_sgemm = library ? reinterpret_cast<OpenBlasSgemm>(dlsym(library, "scipy_cblas_sgemm64_")) : nullptr;
-    auto single = library ? reinterpret_cast<OpenBlasThreads>(dlsym(library, "scipy_openblas_set_num_threads64_"))
-                          : nullptr;
-    if (!openblas_sgemm || !single) return -1;
-    single(1);  // one thread per caller: the team is the parallelism, as for MKL
-  } else if (std::strcmp(backend, "mkl_packed") && std::strcmp(backend, "mkl_sgemm")) {
+                                     const char* library) {
+  void* lib = dlopen(library, RTLD_NOW | RTLD_LOCAL);
+  const bool openblas = !std::strcmp(backend, "openblas_sgemm"), packed = !std::strcmp(backend, "mkl_packed");
+  if (!openblas && !packed && std::strcmp(backend, "mkl_sgemm")) return -1;
+  auto sgemm = symbol<OpenBlasSgemm>(lib, "scipy_cblas_sgemm");
+  auto fortran_sgemm = symbol<FortranSgemm>(lib, "sgemm_");
+  auto single = symbol<Threads>(lib, "scipy_openblas_set_num_threads");
+  auto mkl_single = symbol<MklThreads>(lib, "MKL_Set_Num_Threads_Local");
+  auto pack_size = symbol<PackSize>(lib, "cblas_sgemm_pack_get_size");
+  auto pack = symbol<Pack>(lib, "cblas_sgemm_pack");
+  auto compute = symbol<PackedCompute>(lib, "cblas_sgemm_compute");
+  if (openblas ? !sgemm || !single : !mkl_single || (packed ? !pack_size || !pack || !compute : !fortran_sgemm))
     return -1;
-  }
-  const bool packed = !std::strcmp(backend, "mkl_packed");
+  if (openblas) single(1);  // one thread per caller: the team is the parallelism
   const int columns = n / threads;
   std::vector<float> a(size_t(m) * k, 0.01f), b(size_t(k) * n, 0.02f), c(size_t(m) * n);
   std::vector<std::vector<float>> packs(threads);
@@ -47,23 +61,22 @@ extern "C" double gemm_choice_gflops(const char* backend, int m, int k, int n, i
     const auto start = std::chrono::steady_clock::now();
 #pragma omp parallel num_threads(threads)
     {
-      MKL_Set_Num_Threads_Local(1);
+      if (!openblas) mkl_single(1);
       const int t = omp_get_thread_num();
       const float *bt = b.data() + t * columns, one = 1.0f, zero = 0.0f;
       float* ct = c.data() + t * columns;
       if (packed && packs[t].empty()) {
-        packs[t].resize(cblas_sgemm_pack_get_size(kBMatrix, m, columns, k) / sizeof(float) + 1);
-        cblas_sgemm_pack(kRowMajor, kBMatrix, kNoTrans, m, columns, k, 1.0f, bt, n, packs[t].data());
+        packs[t].resize(pack_size(kBMatrix, m, columns, k) / sizeof(float) + 1);
+        pack(kRowMajor, kBMatrix, kNoTrans, m, columns, k, 1.0f, bt, n, packs[t].data());
       }
 #pragma omp barrier
       for (int i = 0; i < reps; ++i) {
         if (packed)
-          cblas_sgemm_compute(kRowMajor, kNoTrans, kPacked, m, columns, k, a.data(), k, packs[t].data(), columns,
-                              0.0f, ct, n);
-        else if (openblas_sgemm)
-          openblas_sgemm(kRowMajor, kNoTrans, kNoTrans, m, columns, k, 1.0f, a.data(), k, bt, n, 0.0f, ct, n);
+          compute(kRowMajor, kNoTrans, kPacked, m, columns, k, a.data(), k, packs[t].data(), columns, 0.0f, ct, n);
+        else if (openblas)
+          sgemm(kRowMajor, kNoTrans, kNoTrans, m, columns, k, 1.0f, a.data(), k, bt, n, 0.0f, ct, n);
         else  // column-major: C^T (columns, m) = B^T . A^T
-          sgemm_("N", "N", &columns, &m, &k, &one, bt, &n, a.data(), &k, &zero, ct, &n);
+          fortran_sgemm("N", "N", &columns, &m, &k, &one, bt, &n, a.data(), &k, &zero, ct, &n);
 #pragma omp barrier
       }
     }

@@ -18,13 +18,15 @@
 //
 // How it runs: one team of threads per call, for the whole sequence. Thread k owns a contiguous range of hidden
 // units, so the gate math of a unit needs no other thread's results: each step it computes its units' four gate
-// columns by a GEMM of [x_t, h_{t-1}] against [W_ih; W_hh] packed once per call, then their gate math, vectorised. On
-// AVX-512 that GEMM is our own register tile (6 rows by the 4 gates of 16 units), each tile's gate math right after
-// it; elsewhere it is MKL's packed GEMM (cblas_sgemm_pack / cblas_sgemm_compute, from the MKL linked into the
-// installed torch, which exports it), the fastest library by the microbenchmark in benchmarks/PERFORMANCE.md. The
+// columns by a GEMM of [x_t, h_{t-1}] against [W_ih; W_hh] packed once per call, then their gate math, vectorised.
+// With AVX-512 or AVX2 that GEMM is our own register tile (6 rows by the 4 gates of 16 units, or 3 rows by the 4 gates
+// of 8), each tile's gate math right after it (lstm_step.h, one source for both widths; the widest set the CPU has,
+// chosen when the library loads, or the one lstm_kernel_set_isa asks for); elsewhere it is OpenBLAS's sgemm. The
 // threads meet at one barrier per step, where the next step's GEMM needs every unit of h (forward) or every gate of
-// dz (backward). The activations are SLEEF's exp (1 ulp) and tanh (3.5 ulp; its 1-ulp tanh costs 2.3 times as much)
-// on AVX-512, also from torch, and the C library's elsewhere: accurate float32 functions, no fast approximations.
+// dz (backward). The GEMMs over all steps (the weight gradients, the embedding fold) are OpenBLAS's, from the
+// scipy-openblas32 package the project installs; the activations glibc's vector expf and tanhf (libmvec), or the C
+// library's scalar ones on the portable path: accurate float32 functions, no fast approximations. Nothing here comes
+// from PyTorch's binaries.
 #include <immintrin.h>
 #include <omp.h>
 #include <linux/futex.h>
@@ -45,35 +47,38 @@
 #include <utility>
 #include <vector>
 
-#include "lstm_step.h"
-#include "mkl_exports.h"
+#include "cblas.h"  // OpenBLAS, scipy-openblas32's copy: its symbols prefixed scipy_
+#include "lstm_isa.h"
 #include "xla/ffi/api/ffi.h"
 
 namespace ffi = xla::ffi;
 
 namespace {
 
-using namespace mkl_exports;  // the CBLAS enum values
-using namespace lstm_step;  // kLanes: units are dealt to threads in blocks of one AVX-512 register
+using lstm_isa::Operand;
+using lstm_isa::StepOps;
+
+// Units are dealt to threads in blocks of 16: a whole number of registers at every vector width.
+constexpr int64_t kBlock = 16;
 
 struct Dims {
   int64_t t, b, h;
 };
 
-// The units [begin, end) of thread k of n: blocks of kLanes units dealt as evenly as they go.
+// The units [begin, end) of thread k of n: blocks of kBlock units dealt as evenly as they go.
 struct Units {
   int64_t begin, end;
   int64_t size() const { return end - begin; }
 };
 
 Units units_of(int k, int n, int64_t hidden) {
-  const int64_t blocks = (hidden + kLanes - 1) / kLanes;
-  return {std::min(hidden, blocks * k / n * kLanes), std::min(hidden, blocks * (k + 1) / n * kLanes)};
+  const int64_t blocks = (hidden + kBlock - 1) / kBlock;
+  return {std::min(hidden, blocks * k / n * kBlock), std::min(hidden, blocks * (k + 1) / n * kBlock)};
 }
 
 // The team: as many threads as OpenMP offers (OMP_NUM_THREADS, else the cores), but no more than the unit blocks.
 int team_size(int64_t hidden) {
-  const int64_t blocks = (hidden + kLanes - 1) / kLanes;
+  const int64_t blocks = (hidden + kBlock - 1) / kBlock;
   return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(omp_get_max_threads(), blocks)));
 }
 
@@ -87,8 +92,58 @@ Floats floats(size_t count) {
   return Floats(static_cast<float*>(std::aligned_alloc(64, bytes)));
 }
 
-// Whether the gate math runs on AVX-512: where the CPU has it, unless a test asked for the scalar path.
-std::atomic<bool> vectorised{__builtin_cpu_supports("avx512f") != 0};
+bool supported(int64_t isa) {
+  switch (isa) {
+    case lstm_isa::kAvx512: return __builtin_cpu_supports("avx512f");
+    case lstm_isa::kAvx2: return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    case lstm_isa::kPortable: return true;
+    default: return false;
+  }
+}
+
+const StepOps* ops_of(int64_t isa) {
+  switch (isa) {
+    case lstm_isa::kAvx512: return &lstm_isa::avx512_ops();
+    case lstm_isa::kAvx2: return &lstm_isa::avx2_ops();
+    default: return &lstm_isa::portable_ops();
+  }
+}
+
+// The step's arithmetic every call runs: the widest instruction set the CPU has, unless lstm_kernel_set_isa chose
+// another (the Python side does, where LSTM_KERNEL_ISA asks).
+std::atomic<const StepOps*> current_ops{
+    ops_of(supported(lstm_isa::kAvx512) ? lstm_isa::kAvx512 : supported(lstm_isa::kAvx2) ? lstm_isa::kAvx2
+                                                                                        : lstm_isa::kPortable)};
+
+// OpenBLAS computes on the caller's thread only: its own worker threads, once woken, spin for a while after each
+// call, and on a 2-core machine that spinning took 12% of a training step's CPU time from the team (perf). The
+// GEMMs over all steps are split over the team instead (team_gemm). The library is the project's own copy
+// (scipy-openblas32), which nothing else in the process calls, so its process-wide setting is ours to make.
+const bool openblas_single_threaded = (scipy_openblas_set_num_threads(1), true);
+
+// C (m, n) = op(A) op(B) (+ C where `accumulate`), column-major, in OpenBLAS's terms, on the calling thread.
+void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b,
+          int64_t ldb, bool accumulate, float* c, int64_t ldc) {
+  if (m == 0 || n == 0) return;
+  scipy_cblas_sgemm(CblasColMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans,
+                    static_cast<int>(m), static_cast<int>(n), static_cast<int>(k), 1.0f, a, static_cast<int>(lda), b,
+                    static_cast<int>(ldb), accumulate ? 1.0f : 0.0f, c, static_cast<int>(ldc));
+}
+
+// gemm over a team of `threads` threads, each computing its share of C's n columns (blocks of 16): every element
+// of C is one thread's dot product in OpenBLAS's order, whatever the split, so the result does not depend on it.
+void team_gemm(int threads, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
+               const float* b, int64_t ldb, bool accumulate, float* c, int64_t ldc) {
+  const unsigned csr = _mm_getcsr();
+  threads = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(threads, (n + kBlock - 1) / kBlock)));
+#pragma omp parallel num_threads(threads)
+  {
+    _mm_setcsr(csr);
+    const Units cols = units_of(omp_get_thread_num(), omp_get_num_threads(), n);
+    gemm(trans_a, trans_b, m, cols.size(), k, a, lda, b + cols.begin * (trans_b ? 1 : ldb), ldb, accumulate,
+         c + cols.begin * ldc, ldc);
+  }
+}
 
 // Asks for the floats [begin, begin + n) of `blocks` blocks `stride` floats apart to be brought into the cache:
 // issued before a step's GEMM, the loads of its gate math then hit the cache (measured: without this, half the gate
@@ -161,21 +216,16 @@ void gather_rows(const float* table, int64_t e, const std::vector<int32_t>& used
   for (size_t u = 0; u < used.size(); ++u) std::memcpy(rows + u * e, table + used[u] * e, sizeof(float) * e);
 }
 
-// The used rows' input gates (U, 4H) = table[used] W_ih^T + bias: one MKL GEMM, threaded like the team. In MKL's
+// The used rows' input gates (U, 4H) = table[used] W_ih^T + bias: one OpenBLAS GEMM, split over the team. In
 // column-major terms gates^T (4H, U) = W_ih (4H, E) rows^T (E, U), rows the used rows gathered (U, E).
 void project_used(const float* rows, int64_t used, int64_t e, const float* w, int64_t width, const float* bias,
                   float* gates) {
   for (int64_t u = 0; u < used; ++u) std::memcpy(gates + u * width, bias, sizeof(float) * width);
-  if (used == 0) return;
-  const int m = static_cast<int>(width), n = static_cast<int>(used), k = static_cast<int>(e);
-  const float one = 1.0f;
-  const int threads = MKL_Set_Num_Threads_Local(team_size(width / 4));
-  sgemm_("T", "N", &m, &n, &k, &one, w, &k, rows, &k, &one, gates, &m);
-  MKL_Set_Num_Threads_Local(threads);
+  team_gemm(team_size(width / 4), true, false, width, used, e, w, e, rows, e, true, gates, width);
 }
 
 // From the used rows' gradients d_used (U, 4H) and those rows (U, E): d table (V, E), zero but for its used rows,
-// = d_used W_ih, and d W_ih (4H, E) = d_used^T rows. MKL's GEMMs, threaded like the team (column-major: d rows^T
+// = d_used W_ih, and d W_ih (4H, E) = d_used^T rows. OpenBLAS's GEMMs, split over the team (column-major: d rows^T
 // (E, U) = W_ih^T (E, 4H) d_used^T (4H, U), d W_ih^T (E, 4H) = rows^T d_used).
 void table_gradients(const float* d_used, const TableRows& fold, const float* rows, int64_t e, const float* w,
                      int64_t width, int64_t vocab, float* d_table, float* d_w) {
@@ -185,34 +235,29 @@ void table_gradients(const float* d_used, const TableRows& fold, const float* ro
     std::memset(d_w, 0, sizeof(float) * width * e);
     return;
   }
-  const int ei = static_cast<int>(e), n = static_cast<int>(used), g = static_cast<int>(width);
-  const float one = 1.0f, zero = 0.0f;
   Scratch d_rows(used * e);
-  const int threads = MKL_Set_Num_Threads_Local(team_size(width / 4));
-  sgemm_("N", "N", &ei, &n, &g, &one, w, &ei, d_used, &g, &zero, d_rows.get(), &ei);
-  sgemm_("N", "T", &ei, &g, &n, &one, rows, &ei, d_used, &g, &zero, d_w, &ei);
-  MKL_Set_Num_Threads_Local(threads);
+  const int threads = team_size(width / 4);
+  team_gemm(threads, false, false, e, used, width, w, e, d_used, width, false, d_rows.get(), e);
+  team_gemm(threads, false, true, e, width, used, rows, e, d_used, width, false, d_w, e);
   for (int64_t u = 0; u < used; ++u)
     std::memcpy(d_table + fold.used[u] * e, d_rows.get() + u * e, sizeof(float) * e);
 }
 
 // The rows of thread `u`'s units of a gate weight w (4H, k), W_hh or W_ih, for the forward's per-step product with
-// a (batch, k) matrix: in panels of 16 units for our tiles on AVX-512 (pack_panels), else gate by gate, transposed,
-// (k, 4n), packed by MKL.
-Floats packed_rows(const float* w, int64_t hidden, int64_t k, Units u, int64_t batch, bool vector) {
+// a (batch, k) matrix: in panels of L units for the tiles (ops.pack_panels), else gate by gate, (4n, k), for
+// OpenBLAS.
+Floats packed_rows(const StepOps& ops, const float* w, int64_t hidden, int64_t k, Units u) {
   const int64_t n = u.size();
   if (n == 0 || k == 0) return floats(0);
-  if (vector) {
-    Floats panels = floats((n + 15) / 16 * k * 64);
-    pack_panels(w, hidden, k, u.begin, n, panels.get());
+  if (ops.tile) {
+    Floats panels = floats((n + ops.lanes - 1) / ops.lanes * k * 4 * ops.lanes);
+    ops.pack_panels(w, hidden, k, u.begin, n, panels.get());
     return panels;
   }
   Floats w_rows = floats(4 * n * k);
   for (int g = 0; g < 4; ++g)
     std::memcpy(w_rows.get() + g * n * k, w + (g * hidden + u.begin) * k, sizeof(float) * n * k);
-  Floats packed = floats(cblas_sgemm_pack_get_size(kBMatrix, batch, 4 * n, k) / sizeof(float) + 1);
-  cblas_sgemm_pack(kRowMajor, kBMatrix, kTrans, batch, 4 * n, k, 1.0f, w_rows.get(), k, packed.get());
-  return packed;
+  return w_rows;
 }
 
 // The sum over a call's steps of one thread's columns of dz (4 gate blocks of n units), step by step: each step's B
@@ -315,7 +360,7 @@ class StepBarrier {
 
 // Runs body(the units of thread k, the team's step barrier) for each thread k of a team that computes under the
 // caller's float rules (XLA's threads flush denormals; OpenMP's workers must do the same for the result not to depend
-// on which thread computed it), and with MKL single-threaded inside (the team is the parallelism).
+// on which thread computed it).
 template <typename Body>
 void on_team(int64_t hidden, Body body) {
   const unsigned csr = _mm_getcsr();
@@ -324,7 +369,6 @@ void on_team(int64_t hidden, Body body) {
 #pragma omp parallel num_threads(n)
   {
     _mm_setcsr(csr);
-    MKL_Set_Num_Threads_Local(1);
     body(units_of(omp_get_thread_num(), omp_get_num_threads(), hidden), barrier);
   }
 }
@@ -344,7 +388,7 @@ ffi::Error check_shapes(const Dims& d, int64_t n, int64_t width, ffi::BufferR2<f
   if (std::any_of(r, r + rows.element_count(), [n](int32_t i) { return i < 0 || i >= n; }))
     return ffi::Error::InvalidArgument("lstm_kernel: a row index outside the source");
   if (d.h * 4 > INT32_MAX / 2 || x[2] > INT32_MAX / 2 || d.t * d.b > INT32_MAX / 2 || table[1] > INT32_MAX / 2)
-    return ffi::Error::InvalidArgument("lstm_kernel: sizes beyond MKL's 32-bit dimensions");
+    return ffi::Error::InvalidArgument("lstm_kernel: sizes beyond OpenBLAS's 32-bit dimensions");
   return ffi::Error::Success();
 }
 
@@ -386,16 +430,17 @@ ffi::Error Forward(ffi::BufferR2<ffi::F32> source, ffi::BufferR2<ffi::S32> rows,
   // h ping-pongs between two buffers: step t's GEMM reads one while the threads write the other.
   Floats h_buffers = floats(2 * d.b * d.h);
   std::memcpy(h_buffers.get(), h0.typed_data(), sizeof(float) * d.b * d.h);
-  const bool vector = vectorised.load();
+  const StepOps& ops = *current_ops.load();
+  const int64_t lanes = ops.lanes, panel = 4 * lanes;
   on_team(d.h, [&](Units u, StepBarrier& barrier) {
     const int me = omp_get_thread_num(), team = omp_get_num_threads();
     prefault(ys, y->size_bytes(), me, team), prefault(a, gates->size_bytes(), me, team);
     prefault(cs, c_after->size_bytes(), me, team);
-    const int64_t n = u.size(), panels = (n + 15) / 16;
-    // AVX-512: our tile GEMM on the weights packed in panels of 16 units, each tile's gate math right after it;
-    // else MKL's packed GEMM for all of the thread's units at once, then their gate math.
-    Floats packed = packed_rows(w, d.h, d.h, u, d.b, vector), packed_x = packed_rows(wx, d.h, inputs, u, d.b, vector);
-    Floats pre = floats(vector ? kTileRows * 64 : d.b * 4 * n);
+    const int64_t n = u.size(), panels = (n + lanes - 1) / lanes;
+    // AVX-512 or AVX2: our tile GEMM on the weights packed in panels of L units, each tile's gate math right after
+    // it; else OpenBLAS's GEMM for all of the thread's units at once, then their gate math.
+    Floats packed = packed_rows(ops, w, d.h, d.h, u), packed_x = packed_rows(ops, wx, d.h, inputs, u);
+    Floats pre = floats(ops.tile ? ops.tile_rows * panel : d.b * 4 * n);
     for (int64_t t = 0; t < d.t; ++t) {
       const float* h_prev = h_buffers.get() + (t % 2) * d.b * d.h;
       float* h_next = h_buffers.get() + ((t + 1) % 2) * d.b * d.h;
@@ -404,9 +449,8 @@ ffi::Error Forward(ffi::BufferR2<ffi::F32> source, ffi::BufferR2<ffi::S32> rows,
         const int64_t row = b * d.h + u.begin + j0, step_row = t * d.b * d.h + row;
         float* a_row = train ? a + (t * d.b + b) * 4 * d.h + u.begin + j0 : nullptr;
         if (t < len[b]) {
-          (vector ? cell_avx512 : cell_scalar)(m, stride, d.h, products, gx.at(t * d.b + b) + u.begin + j0,
-                                               {c + row, h_next + row, ys + step_row, a_row,
-                                                train ? cs + step_row : nullptr});
+          ops.cell(m, stride, d.h, products, gx.at(t * d.b + b) + u.begin + j0,
+                   {c + row, h_next + row, ys + step_row, a_row, train ? cs + step_row : nullptr});
         } else {  // past the row's last token: the carry stays, the output is 0, the gates are never read
           std::memcpy(h_next + row, h_prev + row, sizeof(float) * m);
           std::memset(ys + step_row, 0, sizeof(float) * m);
@@ -418,88 +462,78 @@ ffi::Error Forward(ffi::BufferR2<ffi::F32> source, ffi::BufferR2<ffi::S32> rows,
       };
       if (n > 0) {
         for (int64_t b = 0; b < d.b; ++b) prefetch(gx.at(t * d.b + b) + u.begin, n, 4, d.h);
-        if (vector) {
+        if (ops.tile) {
           for (int64_t q = 0; q < panels; ++q)
-            for (int64_t b0 = 0; b0 < d.b; b0 += kTileRows) {
-              const int rows = static_cast<int>(std::min<int64_t>(kTileRows, d.b - b0));
-              tile_rows(rows, {xs + (t * d.b + b0) * inputs, inputs, inputs, packed_x.get() + q * inputs * 64},
-                        {h_prev + b0 * d.h, d.h, d.h, packed.get() + q * d.h * 64}, pre.get());
-              for (int r = 0; r < rows; ++r) finish(b0 + r, 16 * q, std::min<int64_t>(16, n - 16 * q),
-                                                    pre.get() + r * 64, 16);
+            for (int64_t b0 = 0; b0 < d.b; b0 += ops.tile_rows) {
+              const int rows = static_cast<int>(std::min<int64_t>(ops.tile_rows, d.b - b0));
+              ops.tile(rows, {xs + (t * d.b + b0) * inputs, inputs, inputs, packed_x.get() + q * inputs * panel},
+                       {h_prev + b0 * d.h, d.h, d.h, packed.get() + q * d.h * panel}, pre.get());
+              for (int r = 0; r < rows; ++r) finish(b0 + r, lanes * q, std::min<int64_t>(lanes, n - lanes * q),
+                                                    pre.get() + r * panel, lanes);
             }
-        } else {
-          if (inputs > 0)
-            cblas_sgemm_compute(kRowMajor, kNoTrans, kPacked, d.b, 4 * n, inputs, xs + t * d.b * inputs, inputs,
-                                packed_x.get(), 4 * n, 0.0f, pre.get(), 4 * n);
-          cblas_sgemm_compute(kRowMajor, kNoTrans, kPacked, d.b, 4 * n, d.h, h_prev, d.h, packed.get(), 4 * n,
-                              inputs > 0 ? 1.0f : 0.0f, pre.get(), 4 * n);
+        } else {  // pre (B, 4n) = x_t W_ih[units]^T + h_{t-1} W_hh[units]^T, in column-major terms pre^T = W x_t^T
+          if (inputs > 0) gemm(true, false, 4 * n, d.b, inputs, packed_x.get(), inputs, xs + t * d.b * inputs, inputs,
+                               false, pre.get(), 4 * n);
+          gemm(true, false, 4 * n, d.b, d.h, packed.get(), d.h, h_prev, d.h, inputs > 0, pre.get(), 4 * n);
           for (int64_t b = 0; b < d.b; ++b) finish(b, 0, n, pre.get() + b * 4 * n, n);
         }
       }
       barrier.wait();
     }
-    _mm_sfence();  // the streamed outputs (cell_avx512) land before the call returns
+    _mm_sfence();  // the streamed outputs (ops.cell) land before the call returns
   });
   std::memcpy(h_t->typed_data(), h_buffers.get() + (d.t % 2) * d.b * d.h, sizeof(float) * d.b * d.h);
   return ffi::Error::Success();
 }
 
-// dW_hh (4H, H) = sum over t of dz_t^T h_{t-1}, as two GEMMs on all steps at once (MKL, threaded like the team):
+// dW_hh (4H, H) = sum over t of dz_t^T h_{t-1}, as two GEMMs on all steps at once (OpenBLAS, split over the team):
 // h_{t-1} is y_{t-1}, or h0 at t = 0, wherever step t is real; elsewhere dz_t is 0, so what stands there adds 0.
-// In MKL's column-major terms dW_hh^T (H, 4H) = h_before^T (H, T B) dz (T B, 4H).
+// In column-major terms dW_hh^T (H, 4H) = h_before^T (H, T B) dz (T B, 4H).
 void recurrent_weight_gradient(const Dims& d, const float* dz, const float* h0, const float* y, float* dw) {
-  const int h = static_cast<int>(d.h), g = static_cast<int>(4 * d.h), b = static_cast<int>(d.b);
-  const int rest = static_cast<int>((d.t - 1) * d.b);
-  const float one = 1.0f, zero = 0.0f;
-  const int threads = MKL_Set_Num_Threads_Local(team_size(d.h));
-  sgemm_("N", "T", &h, &g, &b, &one, h0, &h, dz, &g, &zero, dw, &h);
-  if (rest > 0) sgemm_("N", "T", &h, &g, &rest, &one, y, &h, dz + d.b * 4 * d.h, &g, &one, dw, &h);
-  MKL_Set_Num_Threads_Local(threads);
+  const int64_t g = 4 * d.h, rest = (d.t - 1) * d.b;
+  team_gemm(team_size(d.h), false, true, d.h, g, d.b, h0, d.h, dz, g, false, dw, d.h);
+  if (rest > 0) team_gemm(team_size(d.h), false, true, d.h, g, rest, y, d.h, dz + d.b * g, g, true, dw, d.h);
 }
 
-// dW_ih (4H, D) = sum over t of dz_t^T x_t, one GEMM on all steps (dz_t is 0 where step t is not real); in MKL's
+// dW_ih (4H, D) = sum over t of dz_t^T x_t, one GEMM on all steps (dz_t is 0 where step t is not real); in
 // column-major terms dW_ih^T (D, 4H) = x^T (D, T B) dz (T B, 4H).
 void input_weight_gradient(const Dims& d, int64_t inputs, const float* dz, const float* x, float* dw) {
   if (inputs == 0) return;
-  const int m = static_cast<int>(inputs), g = static_cast<int>(4 * d.h), k = static_cast<int>(d.t * d.b);
-  const float one = 1.0f, zero = 0.0f;
-  const int threads = MKL_Set_Num_Threads_Local(team_size(d.h));
-  sgemm_("N", "T", &m, &g, &k, &one, x, &m, dz, &g, &zero, dw, &m);
-  MKL_Set_Num_Threads_Local(threads);
+  team_gemm(team_size(d.h), false, true, inputs, 4 * d.h, d.t * d.b, x, inputs, dz, 4 * d.h, false, dw, inputs);
 }
 
 // The columns `cols` of a (4H, width) weight (W_hh, W_ih) for the backward's per-step product with dz_t (B, 4H): in
-// panels of 64 columns for our tiles on AVX-512 (pack_columns), else packed by MKL.
-Floats packed_columns(const float* w, int64_t gates, int64_t width, Units cols, int64_t batch, bool vector) {
-  const int64_t n = cols.size();
+// panels of 4 L columns for the tiles (ops.pack_columns), else copied out whole, (4H, n), for OpenBLAS.
+Floats packed_columns(const StepOps& ops, const float* w, int64_t gates, int64_t width, Units cols) {
+  const int64_t n = cols.size(), panel = 4 * ops.lanes;
   if (n == 0) return floats(0);
-  if (vector) {
-    Floats packed = floats((n + 63) / 64 * gates * 64);
-    pack_columns(w, gates, width, cols.begin, n, packed.get());
+  if (ops.tile) {
+    Floats packed = floats((n + panel - 1) / panel * gates * panel);
+    ops.pack_columns(w, gates, width, cols.begin, n, packed.get());
     return packed;
   }
-  Floats packed = floats(cblas_sgemm_pack_get_size(kBMatrix, batch, n, gates) / sizeof(float) + 1);
-  cblas_sgemm_pack(kRowMajor, kBMatrix, kNoTrans, batch, n, gates, 1.0f, w + cols.begin, width, packed.get());
+  Floats packed = floats(gates * n);
+  for (int64_t k = 0; k < gates; ++k) std::memcpy(packed.get() + k * n, w + k * width + cols.begin, sizeof(float) * n);
   return packed;
 }
 
 // out[:, cols] (B, n; rows `ldo` apart) = dz_t (B, 4H) . the packed columns (packed_columns).
-void times_columns(const float* dz_t, int64_t batch, int64_t gates, const float* packed, Units cols, float* out,
-                   int64_t ldo, float* tile_out, bool vector) {
-  const int64_t n = cols.size();
+void times_columns(const StepOps& ops, const float* dz_t, int64_t batch, int64_t gates, const float* packed,
+                   Units cols, float* out, int64_t ldo, float* tile_out) {
+  const int64_t n = cols.size(), panel = 4 * ops.lanes;
   if (n == 0) return;
-  if (!vector) {
-    cblas_sgemm_compute(kRowMajor, kNoTrans, kPacked, batch, n, gates, dz_t, gates, packed, n, 0.0f,
-                        out + cols.begin, ldo);
+  if (!ops.tile) {  // column-major: out^T (n, B) = packed^T (n, 4H) dz_t^T (4H, B)
+    gemm(false, false, n, batch, gates, packed, n, dz_t, gates, false, out + cols.begin, ldo);
     return;
   }
-  for (int64_t q = 0; q < (n + 63) / 64; ++q)
-    for (int64_t b0 = 0; b0 < batch; b0 += kTileRows) {
-      const int rows = static_cast<int>(std::min<int64_t>(kTileRows, batch - b0));
-      tile_rows(rows, {dz_t + b0 * gates, gates, gates, packed + q * gates * 64}, {nullptr, 0, 0, nullptr}, tile_out);
+  for (int64_t q = 0; q < (n + panel - 1) / panel; ++q)
+    for (int64_t b0 = 0; b0 < batch; b0 += ops.tile_rows) {
+      const int rows = static_cast<int>(std::min<int64_t>(ops.tile_rows, batch - b0));
+      ops.tile(rows, {dz_t + b0 * gates, gates, gates, packed + q * gates * panel}, {nullptr, 0, 0, nullptr},
+               tile_out);
       for (int r = 0; r < rows; ++r)
-        std::memcpy(out + (b0 + r) * ldo + cols.begin + 64 * q, tile_out + r * 64,
-                    sizeof(float) * std::min<int64_t>(64, n - 64 * q));
+        std::memcpy(out + (b0 + r) * ldo + cols.begin + panel * q, tile_out + r * panel,
+                    sizeof(float) * std::min<int64_t>(panel, n - panel * q));
     }
 }
 
@@ -549,7 +583,7 @@ ffi::Error Backward(ffi::BufferR2<ffi::S32> rows, ffi::BufferR2<ffi::F32> w_hh, 
   std::memcpy(dh, dh_t.typed_data(), sizeof(float) * d.b * d.h);
   std::memcpy(dc, dc_t.typed_data(), sizeof(float) * d.b * d.h);
   Floats dh_step = floats(d.b * d.h);  // dh_t + dy_t: the step's total gradient of h
-  const bool vector = vectorised.load();
+  const StepOps& ops = *current_ops.load();
   on_team(d.h, [&](Units u, StepBarrier& barrier) {
     // Each thread computes dh_{t-1} for its units and dx_t for its share of the inputs (dealt as the units are).
     const int me = omp_get_thread_num(), team = omp_get_num_threads();
@@ -557,8 +591,8 @@ ffi::Error Backward(ffi::BufferR2<ffi::S32> rows, ffi::BufferR2<ffi::F32> w_hh, 
     prefault(dxs, dx->size_bytes(), me, team), prefault(d_table->typed_data(), d_table->size_bytes(), me, team);
     if (!gathered) prefault(ds, d_source->size_bytes(), me, team);  // dz itself
     const int64_t n = u.size(), width = 4 * d.h;
-    Floats packed = packed_columns(w, width, d.h, u, d.b, vector);
-    Floats packed_x = packed_columns(wx, width, inputs, cols, d.b, vector), tile_out = floats(kTileRows * 64);
+    Floats packed = packed_columns(ops, w, width, d.h, u), packed_x = packed_columns(ops, wx, width, inputs, cols);
+    Floats tile_out = floats(std::max(ops.tile_rows, 1) * 4 * ops.lanes);
     StepSums bias(one_row ? n : 0);
     if (scatter)  // this thread's columns of the rows added into, zeroed
       for (int64_t r = 0; r < sums; ++r)
@@ -571,8 +605,8 @@ ffi::Error Backward(ffi::BufferR2<ffi::S32> rows, ffi::BufferR2<ffi::F32> w_hh, 
         if (t < len[b]) {
           for (int64_t j = 0; j < n; ++j) total[j] = dh[row + j] + dys[step_row + j];
           const float* c_prev = t > 0 ? cs + step_row - d.b * d.h : c_init + row;
-          (vector ? cell_backward_avx512 : cell_backward_scalar)(n, d.h, a + (t * d.b + b) * 4 * d.h + u.begin,
-                                                                 c_prev, cs + step_row, total, dc + row, dz_row);
+          ops.cell_backward(n, d.h, a + (t * d.b + b) * 4 * d.h + u.begin, c_prev, cs + step_row, total, dc + row,
+                            dz_row);
         } else {  // no step: no gradient of its gates, dh and dc pass through
           std::memcpy(total, dh + row, sizeof(float) * n);
           for (int g = 0; g < 4; ++g) std::memset(dz_row + g * d.h, 0, sizeof(float) * n);
@@ -588,8 +622,8 @@ ffi::Error Backward(ffi::BufferR2<ffi::S32> rows, ffi::BufferR2<ffi::F32> w_hh, 
       barrier.wait();
       const float* dz_t = dzs + t * d.b * width;
       // dh_{t-1} of this thread's units = dz_t (B, 4H) . W_hh[:, units]; dx_t of its inputs = dz_t . W_ih[:, cols]
-      times_columns(dz_t, d.b, width, packed.get(), u, dh, d.h, tile_out.get(), vector);
-      times_columns(dz_t, d.b, width, packed_x.get(), cols, dxs + t * d.b * inputs, inputs, tile_out.get(), vector);
+      times_columns(ops, dz_t, d.b, width, packed.get(), u, dh, d.h, tile_out.get());
+      times_columns(ops, dz_t, d.b, width, packed_x.get(), cols, dxs + t * d.b * inputs, inputs, tile_out.get());
       if (n > 0) {
         for (int64_t b = 0; b < d.b; ++b)
           if (t >= len[b]) std::memcpy(dh + b * d.h + u.begin, dh_step.get() + b * d.h + u.begin, sizeof(float) * n);
@@ -678,25 +712,27 @@ extern "C" double lstm_kernel_team_flush_fraction(int64_t hidden) {
   return static_cast<double>(flushed) / threads;
 }
 
-// GFLOP/s of the forward's step product as the kernel runs it on AVX-512, for benchmarks.gemm_choice: (b, h) . (h, 4h)
-// by the team's register tiles over W_hh packed in panels, a barrier after each product; best of 5 runs of `reps`.
-// -1 without AVX-512.
-extern "C" double lstm_kernel_tile_gflops(int64_t b, int64_t h, int64_t reps) {
-  if (!__builtin_cpu_supports("avx512f")) return -1;
+// GFLOP/s of the forward's step product as the kernel runs it on instruction set `isa` (lstm_isa::Isa), for
+// benchmarks.gemm_choice: (b, h) . (h, 4h) by the team's register tiles over W_hh packed in panels, a barrier after
+// each product; best of 5 runs of `reps`. -1 where the CPU cannot run that set or it has no tiles (portable).
+extern "C" double lstm_kernel_tile_gflops(int64_t isa, int64_t b, int64_t h, int64_t reps) {
+  if (!supported(isa) || !ops_of(isa)->tile) return -1;
+  const StepOps& ops = *ops_of(isa);
+  const int64_t panel = 4 * ops.lanes;
   std::vector<float> w(4 * h * h, 0.01f), x(b * h, 0.02f);
   double best = 1e30;
   for (int run = 0; run < 5; ++run) {
     const auto start = std::chrono::steady_clock::now();
     on_team(h, [&](Units u, StepBarrier& barrier) {
-      const int64_t panels = (u.size() + 15) / 16;
-      Floats packed = floats(panels * h * 64), out = floats(kTileRows * 64);
-      pack_panels(w.data(), h, h, u.begin, u.size(), packed.get());
+      const int64_t panels = (u.size() + ops.lanes - 1) / ops.lanes;
+      Floats packed = floats(panels * h * panel), out = floats(ops.tile_rows * panel);
+      ops.pack_panels(w.data(), h, h, u.begin, u.size(), packed.get());
       barrier.wait();
       for (int64_t i = 0; i < reps; ++i) {
         for (int64_t q = 0; q < panels; ++q)
-          for (int64_t b0 = 0; b0 < b; b0 += kTileRows)
-            tile_rows(static_cast<int>(std::min<int64_t>(kTileRows, b - b0)), {nullptr, 0, 0, nullptr},
-                      {x.data() + b0 * h, h, h, packed.get() + q * h * 64}, out.get());
+          for (int64_t b0 = 0; b0 < b; b0 += ops.tile_rows)
+            ops.tile(static_cast<int>(std::min<int64_t>(ops.tile_rows, b - b0)), {nullptr, 0, 0, nullptr},
+                     {x.data() + b0 * h, h, h, packed.get() + q * h * panel}, out.get());
         barrier.wait();
       }
     });
@@ -708,11 +744,25 @@ extern "C" double lstm_kernel_tile_gflops(int64_t b, int64_t h, int64_t reps) {
 // The team's size for a layer of `hidden` units (for the bench's provenance).
 extern "C" int64_t lstm_kernel_threads(int64_t hidden) { return team_size(hidden); }
 
-// Whether the gate math runs on AVX-512 (SLEEF) rather than the C library's scalar functions.
-extern "C" int64_t lstm_kernel_vectorised() { return vectorised.load(); }
+// The instruction set every call runs now (lstm_isa::Isa: 0 portable, 1 AVX2, 2 AVX-512).
+extern "C" int64_t lstm_kernel_isa() { return current_ops.load()->isa; }
 
-// Runs the gate math on the scalar path from now on (on = 0), or back on AVX-512 where the CPU has it (on = 1), so
-// that the scalar path is tested on CPUs with AVX-512 too; returns the previous setting.
-extern "C" int64_t lstm_kernel_set_vectorised(int64_t on) {
-  return vectorised.exchange(on != 0 && __builtin_cpu_supports("avx512f"));
+// Whether this CPU can run instruction set `isa`.
+extern "C" int64_t lstm_kernel_supported(int64_t isa) { return supported(isa); }
+
+// Runs instruction set `isa` from now on and returns the previous one; -1 (nothing changed) where the CPU cannot.
+extern "C" int64_t lstm_kernel_set_isa(int64_t isa) {
+  if (!supported(isa)) return -1;
+  return current_ops.exchange(ops_of(isa))->isa;
+}
+
+// Whose exp and tanh instruction set `isa`'s gate math calls, and their accuracy (for the run record).
+extern "C" const char* lstm_kernel_exp_tanh(int64_t isa) { return ops_of(isa)->exp_tanh; }
+
+// out[i] = exp(in[i]) (which 0) or tanh(in[i]) (which 1), i < n, as instruction set `isa`'s gate math computes them;
+// 0, or -1 where the CPU cannot run that set.
+extern "C" int64_t lstm_kernel_activation(int64_t isa, int64_t which, const float* in, float* out, int64_t n) {
+  if (!supported(isa)) return -1;
+  (which == 0 ? ops_of(isa)->exp : ops_of(isa)->tanh)(in, out, n);
+  return 0;
 }
