@@ -100,7 +100,7 @@ def auto(run: Run) -> tuple[str, str]:
     if run.dtype == "bfloat16":
         return "scan", "bfloat16: the scan stack computes PyTorch's mixed precision"
     passed_over = obstacle("kernel", run) or (
-        "it runs its portable path here (no AVX2 tiles), which was not measured faster than XLA's"
+        "it runs its portable path here (no AVX2 tiles), measured slower than XLA's (benchmarks/PERFORMANCE.md)"
         if kernel.isa() == "portable" else None)
     if passed_over is None:
         return "kernel", f"our kernel: float32 on one CPU device, with its {kernel.GEMMS[kernel.isa()]}"

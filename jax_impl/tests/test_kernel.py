@@ -305,8 +305,8 @@ def test_what_the_kernel_cannot_compute_is_refused_in_one_line(dtype, platform, 
 def test_auto_runs_the_kernel_on_its_vector_tiles_and_xlas_recurrence_on_its_portable_path(isa):
     if isa == "portable":  # as on a CPU without AVX2
         assert auto(Run(platform="cpu")) == ("fused", "XLA's fused recurrence, not our kernel: it runs its portable "
-                                                      "path here (no AVX2 tiles), which was not measured faster than "
-                                                      "XLA's")
+                                                      "path here (no AVX2 tiles), measured slower than XLA's "
+                                                      "(benchmarks/PERFORMANCE.md)")
     else:
         assert auto(Run(platform="cpu")) == (
             "kernel", f"our kernel: float32 on one CPU device, with its {'AVX-512' if isa == 'avx512' else 'AVX2'} "
