@@ -23,7 +23,7 @@
 // of 8), each tile's gate math right after it (lstm_step.h, one source for both widths; the widest set the CPU has,
 // chosen when the library loads, or the one lstm_kernel_set_isa asks for); elsewhere it is OpenBLAS's sgemm. The
 // threads meet at one barrier per step, where the next step's GEMM needs every unit of h (forward) or every gate of
-// dz (backward). The GEMMs over all steps (the weight gradients, the embedding fold) are OpenBLAS's, from the
+// dz (backward). The GEMMs over all steps (the weight gradients) are OpenBLAS's, from the
 // scipy-openblas32 package the project installs; the activations glibc's vector expf and tanhf (libmvec), or the C
 // library's scalar ones on the portable path: accurate float32 functions, no fast approximations. Nothing here comes
 // from PyTorch's binaries.
@@ -216,14 +216,6 @@ void gather_rows(const float* table, int64_t e, const std::vector<int32_t>& used
   for (size_t u = 0; u < used.size(); ++u) std::memcpy(rows + u * e, table + used[u] * e, sizeof(float) * e);
 }
 
-// The used rows' input gates (U, 4H) = table[used] W_ih^T + bias: one OpenBLAS GEMM, split over the team. In
-// column-major terms gates^T (4H, U) = W_ih (4H, E) rows^T (E, U), rows the used rows gathered (U, E).
-void project_used(const float* rows, int64_t used, int64_t e, const float* w, int64_t width, const float* bias,
-                  float* gates) {
-  for (int64_t u = 0; u < used; ++u) std::memcpy(gates + u * width, bias, sizeof(float) * width);
-  team_gemm(team_size(width / 4), true, false, width, used, e, w, e, rows, e, true, gates, width);
-}
-
 // From the used rows' gradients d_used (U, 4H) and those rows (U, E): d table (V, E), zero but for its used rows,
 // = d_used W_ih, and d W_ih (4H, E) = d_used^T rows. OpenBLAS's GEMMs, split over the team (column-major: d rows^T
 // (E, U) = W_ih^T (E, 4H) d_used^T (4H, U), d W_ih^T (E, 4H) = rows^T d_used).
@@ -373,6 +365,42 @@ void on_team(int64_t hidden, Body body) {
   }
 }
 
+// The used rows' input gates (U, 4H) = table[used] W_ih^T + bias, rows the used rows gathered (U, E), each row's
+// gates computed alone (the kernel's tiles, or one OpenBLAS product per row on the portable path), so that they do
+// not depend on which other rows a batch uses: tokens past a text's end change nothing. (OpenBLAS's GEMM over all
+// the used rows at once did not give a row's gates bit for bit at another position in the list.)
+void project_used(const StepOps& ops, const float* rows, int64_t used, int64_t e, const float* w, int64_t hidden,
+                  const float* bias, float* gates) {
+  const int64_t width = 4 * hidden;
+  on_team(hidden, [&](Units u, StepBarrier&) {
+    const int64_t n = u.size();
+    if (n == 0) return;
+    if (!ops.tile) {
+      for (int64_t r = 0; r < used; ++r)
+        for (int g = 0; g < 4; ++g) {  // gates[r, g H + units] = W_ih[g H + units] rows[r] + bias
+          float* out = gates + r * width + g * hidden + u.begin;
+          std::memcpy(out, bias + g * hidden + u.begin, sizeof(float) * n);
+          scipy_cblas_sgemv(CblasRowMajor, CblasNoTrans, static_cast<int>(n), static_cast<int>(e), 1.0f,
+                            w + (g * hidden + u.begin) * e, static_cast<int>(e), rows + r * e, 1, 1.0f, out, 1);
+        }
+      return;
+    }
+    const int64_t lanes = ops.lanes, panel = 4 * lanes;
+    Floats packed = packed_rows(ops, w, hidden, e, u), out = floats(ops.tile_rows * panel);
+    for (int64_t q = 0; q < (n + lanes - 1) / lanes; ++q)
+      for (int64_t r0 = 0; r0 < used; r0 += ops.tile_rows) {
+        const int count = static_cast<int>(std::min<int64_t>(ops.tile_rows, used - r0));
+        ops.tile(count, {rows + r0 * e, e, e, packed.get() + q * e * panel}, {nullptr, 0, 0, nullptr}, out.get());
+        const int64_t j0 = u.begin + lanes * q, m = std::min<int64_t>(lanes, n - lanes * q);
+        for (int r = 0; r < count; ++r)
+          for (int g = 0; g < 4; ++g) {
+            float* to = gates + (r0 + r) * width + g * hidden + j0;
+            for (int64_t j = 0; j < m; ++j) to[j] = out[r * panel + g * lanes + j] + bias[g * hidden + j0 + j];
+          }
+      }
+  });
+}
+
 ffi::Error check_shapes(const Dims& d, int64_t n, int64_t width, ffi::BufferR2<ffi::S32> rows,
                         ffi::Span<const int64_t> w_hh, int64_t lengths, ffi::Span<const int64_t> x,
                         ffi::Span<const int64_t> w_ih, ffi::Span<const int64_t> table,
@@ -414,7 +442,7 @@ ffi::Error Forward(ffi::BufferR2<ffi::F32> source, ffi::BufferR2<ffi::S32> rows,
     Scratch used_rows(used * embed);
     gather_rows(table.typed_data(), embed, fold.used, used_rows.get());
     used_gates = std::make_unique<Scratch>(used * 4 * d.h);
-    project_used(used_rows.get(), used, embed, w_table.typed_data(), 4 * d.h, source.typed_data(),
+    project_used(*current_ops.load(), used_rows.get(), used, embed, w_table.typed_data(), d.h, source.typed_data(),
                  used_gates->get());
     gx = {used_gates->get(), fold.slot.data(), 4 * d.h};
   }
