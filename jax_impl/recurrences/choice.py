@@ -87,16 +87,16 @@ def obstacle(impl: str, run: Run) -> str | None:
 
 def auto(run: Run) -> tuple[str, str]:
     """``--lstm-impl auto``'s choice for ``run`` and why. The language model: XLA's fused recurrence for the LSTM,
-    the fastest JAX row at both of the example's sizes on the CPU measured (``docs/language-model.md``; our kernel
-    was slower there), and ``scan`` for the GRU (no tuned GRU exists). The classifier: under bfloat16 ``scan``
-    (PyTorch's mixed precision, which the fused recurrence and the kernel do not implement); our kernel where
+    whose recurrence part measured the fastest JAX one, or level with it, at both of the example's sizes
+    (``docs/language-model.md``), and ``scan`` for the GRU (no tuned GRU exists). The classifier: under bfloat16
+    ``scan`` (PyTorch's mixed precision, which the fused recurrence and the kernel do not implement); our kernel where
     nothing stands in its way and it runs its AVX-512 or AVX2 tiles, the fastest on the CPUs measured
     (``benchmarks/PERFORMANCE.md``); else XLA's fused recurrence."""
     if run.workload == "lm":
         if run.cell == "gru":
             return "scan", "the GRU's reference recurrence (Flax nn.RNN over PyTorch's GRU cell): no tuned GRU exists"
-        return "fused", ("XLA's fused recurrence: the language model's fastest JAX row at both sizes measured "
-                         "(docs/language-model.md)")
+        return "fused", ("XLA's fused recurrence: the language model's fastest JAX recurrence, or level with it, at "
+                         "both sizes measured (docs/language-model.md)")
     if run.dtype == "bfloat16":
         return "scan", "bfloat16: the scan stack computes PyTorch's mixed precision"
     passed_over = obstacle("kernel", run) or (
