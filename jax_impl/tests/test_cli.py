@@ -77,7 +77,7 @@ def test_three_steps_on_the_real_corpus(tmp_path, capsys):
     # A fresh model on a balanced corpus: the loss is near log 2 (within 0.1).
     assert all(abs(r["loss"] - np.log(2)) < 0.1 for r in records[1:])
     # The first record says what ran: the resolved LSTM implementation among it.
-    chosen, why = auto(Run(platform="cpu"))  # our kernel where built for an AVX-512 CPU, else fused
+    chosen, why = auto(Run(platform="cpu"))  # our kernel where built, on a CPU with AVX2 or AVX-512; else fused
     assert records[0]["step"] == 0 and records[0]["run"]["lstm_impl"] == chosen
     assert records[0]["run"]["lstm_impl_auto"] == why
     assert records[0]["run"]["framework"] == "jax" and records[0]["run"]["dtype"] == "float32"
