@@ -48,8 +48,8 @@ class AdamState(NamedTuple):
 def adam_torch(learning_rate: Any, b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8
                ) -> optax.GradientTransformation:
     """PyTorch's single-tensor Adam, operation for operation: ``m ← m + (1 - β1)(g - m)`` (its lerp),
-    ``v ← v β2 + ((1 - β2) g) g`` (mul then addcmul), and the step ``(-lr / (1 - β1^t)) m / (√v / √(1 - β2^t) + eps)``
-    (addcdiv), in the parameters' dtype.
+    ``v ← v β2 + ((1 - β2) g) g`` (mul then addcmul), and the step
+    ``(-lr / (1 - β1^t)) m / (√v / √(1 - β2^t) + eps)`` (addcdiv), in the parameters' dtype.
 
     ``optax.adam`` is not used: it computes ``1 - β2^t`` from a float32 ``β2``, which at t = 1 is 0.00099998713,
     1.3e-5 from the 0.001 PyTorch computes in float64, while its moment adds ``(1 - β2) g²`` with the 0.001; measured,

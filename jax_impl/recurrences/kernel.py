@@ -196,9 +196,9 @@ def table_layer(table: Array, tokens: Array, w_ih: Array, bias: Array, w_hh: Arr
     bias``, from the projection of the table rows the tokens use only. table (V, E), tokens (T, B) int, w_ih (4H,
     E), bias (4H,), w_hh (4H, H), h0 and c0 (B, H), lengths (B,) or None → (outputs (T, B, H), (h_T, c_T))."""
     rows = tokens.astype(jnp.int32)
-    unprojected = jnp.zeros((*rows.shape, 0), jnp.float32)
-    return lstm_recurrence(bias[None], rows, w_hh, h0, c0, _all_steps(lengths, rows), unprojected,
-                           jnp.zeros((w_hh.shape[0], 0), jnp.float32), table, w_ih, True)
+    unprojected, no_weight = jnp.zeros((*rows.shape, 0), jnp.float32), _nothing(w_hh.shape[0])[1]
+    return lstm_recurrence(bias[None], rows, w_hh, h0, c0, _all_steps(lengths, rows), unprojected, no_weight, table,
+                           w_ih, True)
 
 
 def sequence_layer(xs: Array, layer_weights: LayerWeights, layer_carry: LayerCarry, *, dtype=None,
