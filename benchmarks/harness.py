@@ -8,10 +8,14 @@ the median of its steps there. Each round records the load from other processes 
 cores). Every reply, from set-up to the GEMM peak (and convergence mode's whole trainings), is read by
 :func:`outcome`.
 """
+import hashlib
+import json
 import os
+import queue
 import socket
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -47,6 +51,7 @@ class Entry:
     ranks: int = 1  # torch data-parallel processes (torchrun's environment, without the launcher)
     xla_devices: int = 0  # simulated XLA CPU devices
     replicate: int = 1  # which of the variant's worker processes (each with its own start and compile)
+    parts: bool = True  # times the training step's parts (the "parts" phase), if the plan has that phase
 
     @property
     def key(self) -> str:
@@ -64,6 +69,18 @@ class Plan:
     phases: tuple[str, ...] = ("eval", "train")  # set-up order: inference first, its peak memory read before
     parts_steps: int = 1  # training steps per entry and round in the "parts" phase
 
+    def phases_of(self, e: Entry) -> tuple[str, ...]:
+        """The phases ``e`` runs: the plan's, less the parts where the entry does not time them."""
+        return tuple(k for k in self.phases if k != "parts" or e.parts)
+
+
+def compile_cache(e: Entry, work: Path) -> Path:
+    """The compile caches of ``e``'s replicates, one folder for all of them and for no other entry: the first replicate
+    compiles cold (its compile time is the row's), the others load the same executables instead of compiling them
+    again (a replicate samples a fresh process, not a fresh compiler: XLA's output for one program is the same)."""
+    key = json.dumps([e.label, e.config, e.xla_devices, e.ranks], sort_keys=True)
+    return work / f"cache-{hashlib.sha256(key.encode()).hexdigest()[:16]}"
+
 
 class Member:
     """An entry's processes: a request goes to every rank; the answer is rank 0's, or the first that is not ok."""
@@ -78,7 +95,7 @@ class Member:
                 s.bind(("127.0.0.1", 0))
                 extra.update(WORLD_SIZE=str(e.ranks), LOCAL_WORLD_SIZE=str(e.ranks), MASTER_ADDR="127.0.0.1",
                              MASTER_PORT=str(s.getsockname()[1]))
-        env = worker_environ(e.threads, device, tempfile.mkdtemp(prefix="cache-", dir=work), extra)
+        env = worker_environ(e.threads, device, str(compile_cache(e, work)), extra)
         ranks = [{**env, "RANK": str(r), "LOCAL_RANK": str(r)} if e.ranks > 1 else env for r in range(e.ranks)]
         self.entry, self.workers = e, [Worker(e.framework, env, work) for env in ranks]
 
@@ -111,14 +128,13 @@ def run(entries: list[Entry], plan: Plan, device: str, progress: bool = True) ->
     with tempfile.TemporaryDirectory(prefix="bench-") as work, \
             tqdm(total=len(entries) + plan.rounds, unit="stage", file=sys.stderr, disable=not progress) as bar:
         try:
-            # Every worker starts and loads at once (imports, corpus, vocabulary, the part-timed step's functions:
-            # nothing timed or reported); once all have loaded, compiling and all timing run one worker at a time.
+            # The workers load (imports, corpus, vocabulary, the part-timed step's functions: nothing timed or
+            # reported) as many at a time as there are usable cores, most of that work being single-threaded: more at
+            # once only thrash. Once all have loaded, compiling and all timing run one worker at a time.
             bar.set_description("load")
-            for e in entries:
-                members[e.key] = Member(e, device, Path(work))
-                members[e.key].send({"op": "load", "config": e.config, "threads": e.threads,
-                                     "parts": "parts" in plan.phases})
-            loaded = {key: member.receive() for key, member in members.items()}
+            clock = time.perf_counter()
+            loaded = _load(entries, members, plan, device, Path(work))
+            clock = _lap(out.wall_s, "load", clock)
             for e in entries:
                 bar.set_description(f"set up {e.label}")
                 refused = next((x for x in out.entries.values() if x.label == e.label and x.status in ("n/a",
@@ -128,12 +144,14 @@ def run(entries: list[Entry], plan: Plan, device: str, progress: bool = True) ->
                     out.entries[e.key] = EntryResult(e.label, e.replicate, refused.status, refused.error)
                 else:
                     live += _set_up(e, members[e.key], loaded[e.key], plan, out.entries)
+                clock = _lap(out.wall_s, f"setup {e.key}", clock)
                 bar.update()
             pids = [os.getpid(), *(w.proc.pid for m in live for w in m.workers)]
             for r in range(plan.rounds):
                 bar.set_description(f"round {r + 1}/{plan.rounds}")
                 for kind in plan.phases:
-                    ok = [m for m in live if out.entries[m.entry.key].status == "ok"]
+                    ok = [m for m in live if out.entries[m.entry.key].status == "ok"
+                          and kind in plan.phases_of(m.entry)]
                     order = ok[r % len(ok):] + ok[:r % len(ok)] if ok else []
                     start, before = time.perf_counter(), cpu_seconds(pids)
                     for m in order:
@@ -151,6 +169,7 @@ def run(entries: list[Entry], plan: Plan, device: str, progress: bool = True) ->
                     out.rounds[kind].append(Round([m.entry.key for m in order], load,
                                                   load is not None and load > 0.5 * usable_cpus()))
                 bar.update()
+            clock = _lap(out.wall_s, "rounds", clock)
             _parity_and_peak([m for m in live if out.entries[m.entry.key].status == "ok"], plan, out)
         finally:
             for m in members.values():
@@ -158,10 +177,54 @@ def run(entries: list[Entry], plan: Plan, device: str, progress: bool = True) ->
     return out
 
 
+def parity_dtypes(e: Entry) -> list[str | None]:
+    """The dtypes of ``e``'s parity runs: its own (None), and its reference's where it has one."""
+    return [None, e.parity_reference] if e.parity_reference else [None]
+
+
+def parity_key(e: Entry, dtype: str | None) -> str:
+    """Where a parity run's losses go in :attr:`Session.parity`: the label, and the dtype of a reference run."""
+    return e.label + (f" {dtype}" if dtype else "")
+
+
+def _load(entries: list[Entry], members: dict[str, Member], plan: Plan, device: str, work: Path) -> dict[str, dict]:
+    """Every entry's worker started and loaded, :func:`usable_cpus` at a time (the next starting as one finishes);
+    ``members`` gets each as it starts. Returns each one's reply to ``load``, by key."""
+    done: queue.Queue = queue.Queue()
+
+    def start(e: Entry) -> None:
+        members[e.key] = member = Member(e, device, work)
+        member.send({"op": "load", "config": e.config, "threads": e.threads, "parts": "parts" in plan.phases_of(e),
+                     "parity_dtypes": parity_dtypes(e) if plan.parity_steps and e.parity else []})
+        threading.Thread(target=lambda: done.put((e.key, member.receive())), daemon=True).start()
+
+    def collect() -> None:
+        key, reply = done.get()
+        loaded[key] = reply
+
+    lanes, loaded = usable_cpus(), {}
+    for e in entries[:lanes]:
+        start(e)
+    for e in entries[lanes:]:
+        collect()
+        start(e)
+    while len(loaded) < len(entries):
+        collect()
+    return loaded
+
+
+def _lap(wall_s: dict[str, float], stage: str, since: float) -> float:
+    """``wall_s[stage]`` the seconds since ``since``; returns now."""
+    now = time.perf_counter()
+    wall_s[stage] = now - since
+    return now
+
+
 def _set_up(e: Entry, member: Member, reply: dict, plan: Plan, entries: dict[str, EntryResult]) -> list[Member]:
     """``member``, whose load answered ``reply``, set up: ``[member]``, or ``[]`` and its entry's reason."""
     if outcome(reply)[0] == "ok":
-        reply = member.request({"op": "setup", "warmup": plan.warmup, "phases": plan.phases})
+        reply = member.request({"op": "setup", "warmup": plan.warmup, "phases": plan.phases_of(e),
+                                "overheads": e.replicate == 1})
     status, message = outcome(reply)
     # n/a after set-up (Dynamo compiled nothing) keeps what was measured; refused before it, nothing was
     setup = Setup(**{k: v for k, v in reply.items() if k != "not_applicable"}) if "vocab_size" in reply else None
@@ -170,7 +233,7 @@ def _set_up(e: Entry, member: Member, reply: dict, plan: Plan, entries: dict[str
         entries[e.key] = EntryResult(e.label, e.replicate, status, message, setup)
         return []
     entries[e.key] = EntryResult(e.label, e.replicate, "ok", None, setup,
-                                 {k: [] for k in plan.phases if k != "parts"},
+                                 {k: [] for k in plan.phases_of(e) if k != "parts"},
                                  {"train": 1 if e.few_steps else plan.steps, "eval": plan.eval_steps,
                                   "parts": plan.parts_steps})
     return [member]
@@ -179,14 +242,17 @@ def _set_up(e: Entry, member: Member, reply: dict, plan: Plan, entries: dict[str
 def _parity_and_peak(ok: list[Member], plan: Plan, out: Session) -> None:
     """Each parity entry's losses (or why it has none) into ``out.parity``; each library's best GEMM rate into
     ``out.gemm``, measured by one worker per framework (a worker that fails it measures nothing)."""
+    clock = time.perf_counter()
     for m in (m for m in ok if plan.parity_steps and m.entry.parity):
-        for dtype in (None, m.entry.parity_reference) if m.entry.parity_reference else (None,):
+        for dtype in parity_dtypes(m.entry):
             reply = m.request({"op": "parity", "n": plan.parity_steps, "dtype": dtype})
             status, message = outcome(reply)
-            key = m.entry.label + (f" {dtype}" if dtype else "")
-            out.parity[key] = reply["losses"] if status == "ok" else message
+            out.parity[parity_key(m.entry, dtype)] = reply["losses"] if status == "ok" else message
+        clock = _lap(out.wall_s, f"parity {m.entry.label}", clock)
     for framework in dict.fromkeys(m.entry.framework for m in ok) if plan.gemm_n else ():  # one worker per library
         reply = next(m for m in ok if m.entry.framework == framework).request({"op": "gemm", "n": plan.gemm_n})
         for library, v in reply["gemm"].items() if outcome(reply)[0] == "ok" else ():
             if library not in out.gemm or v["gflop_s"] > out.gemm[library]["gflop_s"]:
                 out.gemm[library] = v
+    if plan.gemm_n:
+        _lap(out.wall_s, "gemm", clock)

@@ -40,6 +40,7 @@ import torch  # noqa: E402
 from jax import lax  # noqa: E402
 
 from benchmarks.stats import median_ci  # noqa: E402
+from benchmarks.views import loop_cost_lines  # noqa: E402
 from common.config import Parser  # noqa: E402
 from common.errors import cli_main  # noqa: E402
 from jax_impl.recurrences import fused, kernel, native, onednn  # noqa: E402
@@ -171,16 +172,8 @@ def measure(rounds: int, b: int, t: int, h: int, d: int) -> dict:
 
 
 def render(doc: dict) -> str:
-    s = doc["shape"]
-    head = [f"One LSTM layer's forward at B {s['batch']}, T {s['steps']}, H {s['hidden']}, D {s['input']} (float32, "
-            f"{doc['rounds']} interleaved rounds; median ms [95% interval])", ""]
-    width = max(map(len, [*doc["pieces"], *doc["differences"]]))
-    def line(name: str, p: dict) -> str:  # a figure: median [interval], and a piece's matmul rate
-        rate = f"  {p['gflop_s']:.0f} GFLOP/s" if "gflop_s" in p else ""
-        return f"{name:<{width}}  {p['ms']:7.1f} [{p['ci95_ms'][0]:.1f}–{p['ci95_ms'][1]:.1f}]{rate}"
-
-    return "\n".join([*head, *(line(*x) for x in doc["pieces"].items()), "", "differences, paired by round:",
-                      *(line(*x) for x in doc["differences"].items())])
+    """The report of a measurement, in the lines the docs quote it by (:func:`benchmarks.views.loop_cost_lines`)."""
+    return "\n".join(loop_cost_lines(doc))
 
 
 @cli_main

@@ -31,7 +31,8 @@ class Headline:
 
     sentence: str  # the whole sentence: {members} its variants' phrases joined by "; ", {baseline} the baseline
     member: str  # one variant's phrase: {label}, {wording} (Variant.wording) and {speeds}, its ratios with their
-    # intervals ("trains at 1.02× [0.99–1.06] and infers at 0.73× [0.69–0.76] the speed of torch:eager")
+    # intervals ("trains at 1.02× [0.99–1.06] and infers at 0.73× [0.69–0.76] the speed of torch:eager"), then where
+    # measured its training speed against its Variant.versus and its nnx.jit overhead (results.tier_sentences)
     tier: str  # the tier (a key of TIERS) a variant's row must have run in to be named
     fastest: bool = False  # only the fastest-training of its variants (a tie: the first in VARIANTS), else every one
 
@@ -69,6 +70,7 @@ class Variant:
     wording: str = ""  # how those sentences name it, where their member phrase asks for {wording} ({flax_cell}: the
     # Flax cell of the run's --cell, CELL_WORDS)
     lm_description: str = ""  # what it runs under --workload lm, where that differs from the description
+    versus: str = ""  # the label of a variant its headline phrase also measures it against (paired rounds, training)
 
     @property
     def label(self) -> str:
@@ -95,6 +97,13 @@ VARIANTS = (
             lm_description="the language model with nn.RNN over Flax's stock nn.OptimizedLSTMCell or nn.GRUCell fed "
             "PyTorch's weights (jax_impl.recurrences.stacks: both represent PyTorch's cells exactly), differentiated "
             "by JAX (--lstm-impl flax)"),
+    Variant("jax", "nnx", "stock", "the classifier in Flax NNX, what a Flax user writes today: nnx.RNN over Flax's "
+            "stock nnx.OptimizedLSTMCell (its input Linear given PyTorch's b_ih, so both biases train as PyTorch's "
+            "do), stepped by nnx.jit and nnx.Optimizer (--flax-api nnx); its set-up also times what nnx.jit's graph "
+            "traversal costs a call on the model and its optimizer, against nnx.cached_partial", BOTH,
+            {"flax_api": "nnx"},
+            {"cpu": "impl:nnx.flax", "gpu": "impl:nnx.flax"}, headline=("stock",),
+            wording="Flax NNX nnx.RNN over nnx.OptimizedLSTMCell", versus="jax:flax"),
     Variant("jax", "scan", "stock", "Flax nn.RNN over PyTorch's cell, differentiated by JAX; unlike "
             "nn.OptimizedLSTMCell it keeps two biases and projects the inputs of all steps before the loop, one GEMM "
             "(--lstm-impl scan, the readable reference)", GPU, {"lstm_impl": "scan"},
@@ -112,8 +121,9 @@ VARIANTS = (
             "recurrence: each layer's input projected in one GEMM, then XLA's loop with hand-written gradients "
             "(--lstm-impl fused; nothing to fold)"),
     Variant("jax", "jit", "tuned", "jax_impl.train's default, whichever implementation --lstm-impl auto picks: our "
-            "kernel in float32 on one AVX-512 CPU device, the scan stack under bfloat16, else the fused recurrence "
-            "with the embedding fold; its tier is the one that ran", BOTH, main=True, headline=("best tuned", "kernel"),
+            "kernel in float32 on one CPU device with AVX2 or AVX-512, the scan stack under bfloat16, else the fused "
+            "recurrence with the embedding fold; its tier is the one that ran", BOTH, main=True,
+            headline=("best tuned", "kernel"),
             wording="our recurrence kernel as jax_impl.train's default"),
     Variant("jax", "cudnn", "vendor", "cuDNN's fused LSTM through jax.experimental.rnn (--lstm-impl cudnn)", GPU,
             {"lstm_impl": "cudnn"}, {"gpu": "dnn_rnn"}, headline=("vendor kernel",), wording="cuDNN through JAX"),
@@ -124,9 +134,10 @@ VARIANTS = (
             lm_description="the language model's LSTM layer by layer on oneDNN's LSTM primitive through XLA's FFI, "
             "the kernel nn.LSTM runs (--lstm-impl onednn)"),
     Variant("jax", "kernel", "kernel", "our own recurrence kernel through XLA's FFI, one call per layer and pass: "
-            "each step's GEMM of [x_t, h_t-1] against [W_ih; W_hh] in AVX-512 register tiles with the gate math after "
-            "each, a team of threads over the hidden units; the embedding fold too, over the table rows a batch uses "
-            "(--lstm-impl kernel; jax:jit runs it on an AVX-512 CPU)", changes={"lstm_impl": "kernel"},
+            "each step's GEMM of [x_t, h_t-1] against [W_ih; W_hh] in AVX2 or AVX-512 register tiles with the gate "
+            "math after each, a team of threads over the hidden units; the embedding fold too, over the table rows a "
+            "batch uses "
+            "(--lstm-impl kernel; jax:jit runs it on a CPU with AVX2 or AVX-512)", changes={"lstm_impl": "kernel"},
             kernel={"cpu": "lstm_kernel_forward"}, headline=("kernel",), wording="our recurrence kernel",
             lm_description="the language model's LSTM layer by layer on our recurrence kernel through XLA's FFI, each "
             "layer's input projected inside each step's product (--lstm-impl kernel)"),

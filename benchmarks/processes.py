@@ -18,6 +18,8 @@ from datetime import datetime, timezone
 from importlib import metadata
 from pathlib import Path
 
+from benchmarks.hosts import isa_from_flags
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 REPLY_TAG = "@@ "  # a worker's answer line; anything else on its stdout is ignored
 TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
@@ -37,22 +39,27 @@ def environment() -> dict:
     installed = {str(d.metadata["Name"]).lower(): d.version for d in metadata.distributions()}
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as f:
-            cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
-    except (OSError, StopIteration):
-        cpu = platform.processor() or platform.machine()
+            first = f.read().split("\n\n")[0]  # the first CPU's block
+        info = {k.strip(): v.strip() for k, v in (line.split(":", 1) for line in first.splitlines() if ":" in line)}
+        cpu, flags = info["model name"], info.get("flags", "")
+    except (OSError, KeyError):
+        cpu, flags = platform.processor() or platform.machine(), ""
     return {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "cpu_model": cpu,
+            "vector_isa": isa_from_flags(flags) if flags else None,
             "cpu_count": os.cpu_count(), "usable_cpus": usable_cpus(), "platform": platform.platform(),
             "python": sys.version.split()[0], "load_average_start": load_average(),
             "versions": {n: installed.get(n) for n in ("jax", "jaxlib", "flax", "optax", "torch", "numpy")}}
 
 
 def worker_environ(threads: int, device: str, cache_dir: str, extra: dict | None = None) -> dict[str, str]:
-    """A child's environment, fixed before it imports a framework: thread pools, platform, cold compile caches."""
+    """A child's environment, fixed before it imports a framework: thread pools, platform, and compile caches in
+    ``cache_dir`` only (empty for the first process that uses it: nothing compiled before the run is reused)."""
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "PYTHONUNBUFFERED": "1", **(extra or {}),
            "TORCHINDUCTOR_CACHE_DIR": os.path.join(cache_dir, "inductor"),
-           "TRITON_CACHE_DIR": os.path.join(cache_dir, "triton"), "JAX_ENABLE_COMPILATION_CACHE": "false"}
+           "TRITON_CACHE_DIR": os.path.join(cache_dir, "triton"), "JAX_ENABLE_COMPILATION_CACHE": "true",
+           "JAX_COMPILATION_CACHE_DIR": os.path.join(cache_dir, "xla"),
+           "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0", "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "0"}
     env.update({var: str(threads) for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")})
-    env.pop("JAX_COMPILATION_CACHE_DIR", None)
     if device == "cpu":
         env.update(JAX_PLATFORMS="cpu", CUDA_VISIBLE_DEVICES="")
     else:

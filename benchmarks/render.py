@@ -8,11 +8,13 @@ import numpy as np
 from benchmarks import plan
 from benchmarks.plan import BASELINE
 from benchmarks.results import BFLOAT16_BAND, LM_PARITY_LR, PARITY_TOL, PARTS, REFERENCE
+from benchmarks.sides import DISPATCH_CALLS
 from benchmarks.stats import METHOD, round_means, unpaired_ratio
 from benchmarks.tables import fmt, kernel, label, ms, pairs, parity_cell, ratio_cell, table
 
 MAIN_COLUMNS = ("tier", "variant", "step", "kernel", "parity", "median ms", "p25–p75 ms", f"vs {BASELINE} [95% CI]",
-                "reps×rounds×steps", "compile s", "first s", "samples/s", "peak MB", "exec GFLOP", "GFLOP/s", "util")
+                "reps×rounds×steps", "compile s", "first s", "samples/s", "peak MB", "exec GFLOP", "exec GFLOP/s",
+                "model GFLOP/s", "util")
 PARTS_METHOD = ("Each part timed on its own, in the same paired rounds and batches: torch, the trainer's own step with "
                 "a clock read (after a device sync) as the loss, the backward pass and the optimizer update (clip, "
                 "Adam or SGD) end; JAX, the step as three jitted functions: the loss, loss and gradient (backward: its "
@@ -72,8 +74,16 @@ def main_rows(doc: dict) -> list[list[str]]:
              f"{r['step_s']['p25'] * 1e3:.1f}–{r['step_s']['p75'] * 1e3:.1f}", ratio_cell(doc, r),
              f"{r['replicates']}×{r['rounds']}×{r['steps_per_round']}", fmt(r["compile_s"], ".2f"),
              fmt(r["first_step_s"], ".2f"), f"{r['samples_per_s']:.1f}", fmt(r["peak_mem_mb"], ".0f"),
-             f"{r['executed_gflop_per_step']:.4g}", f"{r['achieved_gflop_s']:.1f}",
-             fmt(r["utilisation"], ".1%")] for r in base_rows(doc)]
+             f"{r['executed_gflop_per_step']:.4g}", *rates(doc, r)] for r in base_rows(doc)]
+
+
+def rates(doc: dict, r: dict) -> list[str]:
+    """A row's executed and model GFLOP/s and its utilisation, the executed rate over the run's GEMM peak (float32
+    rows only), computed from the FLOPs and the median, which every results.json holds."""
+    executed, model = (r[k] / r["step_s"]["median"] for k in ("executed_gflop_per_step", "model_gflop_per_step"))
+    peak = doc["gemm_peak"]["gflop_s"]
+    util = executed / peak if peak and r["config"].get("dtype", "float32") == "float32" else None
+    return [f"{executed:.1f}", f"{model:.1f}", fmt(util, ".1%")]
 
 
 def parts_rows(doc: dict) -> list[list[str]]:
@@ -121,6 +131,19 @@ def sweep_rows(doc: dict, name: str) -> list[list[str]]:
     return out
 
 
+def nnx_notes(doc: dict) -> list[str]:
+    """Each Flax NNX row's overhead (a base row that measured it): what ``nnx.jit``'s graph traversal costs a training
+    step, from the host times of one call under ``nnx.jit`` and through ``nnx.cached_partial``."""
+    out = []
+    for r in (r for r in doc["results"] if r["sweep"] is None and r.get("nnx_overhead_ms") is not None):
+        calls = r["nnx_dispatch_ms"]
+        out.append(f"{label(r)}: nnx.jit's graph traversal costs {r['nnx_overhead_ms']:.2f} ms a call on the model "
+                   f"and its optimizer, the training step's included: a call of a function of them that computes "
+                   f"nothing takes {calls['nnx.jit']:.2f} ms under nnx.jit, {calls['nnx.cached_partial']:.2f} ms "
+                   f"through nnx.cached_partial (median of {DISPATCH_CALLS} alternated calls each)")
+    return out
+
+
 def dtype_costs(doc: dict) -> list[str]:
     """A sweep of dtype: per variant and step kind, its float32 time over its bfloat16 time (above 1: bfloat16 is
     faster). The two points are sessions of their own, so the ratio is unpaired: its median over each side's rounds
@@ -143,6 +166,7 @@ def render(doc: dict, charts: Sequence[str] = (), markdown: bool = False) -> str
     s, e, p, q = doc["settings"], doc["environment"], doc["gemm_peak"], doc["parity"]
     notes = sorted({f"{label(r)}: {r['status']}: {r['error']}" for r in doc["results"]
                     if r["sweep"] is None and not r["step_s"] and r["status"] != "n/a"})  # n/a: in the headline
+    notes += nnx_notes(doc)
     if p["gflop_s"]:
         notes.append(f"float32 GEMM peak (best of 8 n×n products per library): {p['gflop_s']:.1f} GFLOP/s by "
                      f"{p['backend']} [" + ", ".join(f"{k} {v['gflop_s']:.1f} ({v['device']}, n={v['n']}, "
@@ -157,7 +181,8 @@ def render(doc: dict, charts: Sequence[str] = (), markdown: bool = False) -> str
               if q["status"] == "ok" else f"parity: {q['status']}",
               f"ratios: {METHOD}; busy rounds (other processes > half the cores): "
               + ", ".join(f"{k} {sum(r['busy'] for r in v)}/{len(v)}" for k, v in doc["rounds"].items())
-              + "; util = model GFLOP/s ÷ the GEMM peak; exec GFLOP: what the variant computes (benchmarks/flops.py)"]
+              + "; exec GFLOP: what the variant computes (benchmarks/flops.py); util = exec GFLOP/s ÷ the GEMM peak; "
+              "model GFLOP/s: the model's FLOPs a second (MFU's count, above exec GFLOP/s where the fold saves work)"]
     for r in (r for r in doc["results"] if r["sweep"] is None and r["step"] == "train" and r["provenance"]
               and "dynamo" in r["provenance"]):
         info = r["provenance"]["dynamo"]
@@ -179,9 +204,10 @@ def render(doc: dict, charts: Sequence[str] = (), markdown: bool = False) -> str
     title = "# LSTM twins benchmark: the word-level language model" if is_lm(doc) else "# LSTM twins benchmark"
     out = ([title, ""] if markdown else []) + [
         f"config: {config_line(doc)}; {s['replicates']} worker processes per variant, "
-        f"{s['rounds']} paired rounds per step kind of {s['steps']} training, {s['eval_steps']} evaluation and "
-        f"{s['parts_steps']} part-timed training steps per process, after the first step (reported apart) and "
-        f"{s['warmup']} warm-up steps"
+        f"{s['rounds']} paired rounds per step kind of {s['steps']} training, {s['eval_steps']} evaluation"
+        + (f" and {s['parts_steps']} part-timed training steps (the first process)" if s["parts_steps"] else
+           " steps (the training step's parts not timed: --parts-steps 1, or --full)")
+        + f" per process, after the first step (reported apart) and {s['warmup']} warm-up steps"
         + "".join(f"; {k}: 1 training step per round" for k in doc["variants"] if k.endswith("-defaults"))]
     out += [("> **Warning:** " if markdown else "WARNING: ") + w for w in doc["warnings"]]
     columns = [("tokens/s" if is_lm(doc) and x == "samples/s" else x) for x in MAIN_COLUMNS]  # the LM's samples

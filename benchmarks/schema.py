@@ -22,7 +22,8 @@ class Setup:
 
     vocab_size: int
     info: dict  # device ("cpu" | "cuda" | ...), device_name, threads, precision (the framework's settings in force)
-    phases: dict  # per step kind: compile_s, lower_s (JAX), first_step_s, peak_device_mb, peak_rss_mb
+    phases: dict  # per step kind: compile_s, lower_s (JAX), first_step_s, peak_device_mb, peak_rss_mb; the NNX twin's
+    # train: nnx_dispatch_ms, nnx_overhead_ms (as Row's)
     record: dict  # the twin's run record (framework, versions, device, dtype, lstm_impl, numerics)
     provenance: dict | None = None  # what ran the LSTM: "kernels" (torch: profiler op names; JAX: "impl:NAME" and
     # custom calls), library versions, the compiled step's loops (JAX), what Dynamo made of it (--torch-compile), and
@@ -63,6 +64,8 @@ class Session:
     rounds: dict[str, list[Round]]  # per step kind: train, eval, parts
     parity: dict[str, Any] = field(default_factory=dict)  # label -> losses (list) or the error (str)
     gemm: dict[str, dict] = field(default_factory=dict)  # library -> {gflop_s, precision, n, device}
+    wall_s: dict[str, float] = field(default_factory=dict)  # where the session's time went, s, by stage: load,
+    # "setup LABEL#R" per entry, rounds, "parity LABEL", gemm
 
 
 # ---------------------------------------------------------------- results.json
@@ -111,10 +114,17 @@ class Row:
     model_gflop_per_step: float  # the model's matmul FLOPs (the same for every variant: benchmarks/flops.py; the
     # language model's decoder included)
     executed_gflop_per_step: float | None  # what this variant computes (less with the embedding fold)
-    achieved_gflop_s: float | None  # model GFLOP / median
-    utilisation: float | None  # achieved / the run's float32 GEMM peak (None for another dtype)
+    achieved_gflop_s: float | None  # executed GFLOP / median: what the variant computes per second
+    utilisation: float | None  # achieved / the run's float32 GEMM peak (None for another dtype): at most 1 unless
+    # the peak's measurement was disturbed (then the run warns)
     peak_mem_mb: float | None  # the device's peak allocated on a GPU, else the process's peak RSS
     efficiency: float | None = None  # sweeps of devices: throughput per device / the smallest count's
+    model_gflop_s: float | None = None  # model GFLOP / median: the rate MFU counts (above achieved where the fold saves
+    # work); absent from runs before it was recorded
+    nnx_dispatch_ms: dict | None = None  # the Flax NNX twin's train rows: ms a call of a function of the model and
+    # its optimizer that computes nothing takes, the median of benchmarks.sides.DISPATCH_CALLS calls, under each of
+    # {"nnx.jit": ..., "nnx.cached_partial": ...}
+    nnx_overhead_ms: float | None = None  # their difference: what nnx.jit's graph traversal costs a step
 
 
 @dataclass

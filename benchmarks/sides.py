@@ -1,6 +1,7 @@
 """Each framework's side of a benchmark worker: what timing a twin needs beyond the Twin protocol (threads, the device
-sync, ahead-of-time compilation, the training step timed part by part, the GEMM rate) and what ran it (provenance:
-the LSTM ops PyTorch's profiler saw, or what XLA's compiled step holds)."""
+sync, ahead-of-time compilation, the training step timed part by part, the GEMM rate, what the framework's own
+machinery costs a step apart from it) and what ran it (provenance: the LSTM ops PyTorch's profiler saw, or what XLA's
+compiled step holds). Sides: :class:`TorchSide`, :class:`JaxSide`, and :class:`NnxSide` for the JAX twin in Flax NNX."""
 import math
 import os
 import re
@@ -8,8 +9,12 @@ import time
 from collections import Counter
 from typing import Any, Callable
 
+import numpy as np
+
 from benchmarks.processes import usable_cpus
 from common.config import Config
+
+DISPATCH_CALLS = 50  # NnxSide.overheads: the calls of each kind whose median it reports, alternated
 
 
 class Clock:
@@ -100,6 +105,10 @@ class TorchSide:
 
     def compile_parts(self, twin, state, batch) -> None:
         """Nothing to compile for the part-timed step."""
+
+    def overheads(self, bench) -> dict:
+        """Nothing measured apart: the step is what the trainer runs."""
+        return {}
 
     def train_step_parts(self, twin, state, carry, batch) -> tuple[Any, Any, float, dict[str, float]]:
         """The twin's training step as its trainer runs it, from the step's public parts
@@ -201,7 +210,8 @@ class JaxSide:
         calls = sorted(set(re.findall(r'custom_call_target="([^"]+)"', hlo)))
         library = {k: record[k] for k in ("onednn", "onednn_threads", "gemm", "kernel_threads", "gate_math")
                    if k in record}  # a native kernel's library
-        return {"kernels": [f"impl:{record['lstm_impl']}", *calls], "while_loops": len(loops),
+        api = "nnx." if record.get("flax_api") == "nnx" else ""  # the NNX model (--flax-api nnx) over that cell
+        return {"kernels": [f"impl:{api}{record['lstm_impl']}", *calls], "while_loops": len(loops),
                 "float_while_loops": sum(bool(re.search(r"\b(f32|f64|bf16)\[", x)) for x in loops),
                 "custom_calls": calls, **library}
 
@@ -209,17 +219,20 @@ class JaxSide:
         """Lower and compile the twin's jitted ``kind`` ("train" or "eval") step for ``batch``'s shapes ahead of its
         first call, which then reuses the executable: ``lower_s``, ``compile_s`` (lowering included), and ``hlo``, the
         compiled module's text."""
-        step, start = self.step_module, time.perf_counter()
-        if kind == "train":
-            lowered = twin.step.lower(state, twin.init_carry(), self.to_device(twin, batch), twin.key)
-        elif twin.lm:  # the window's carry goes in and out
-            lowered = twin.evaluate.lower(state.params, twin.init_carry(batch.size), self.to_device(twin, batch))
-        else:
-            lowered = twin.evaluate.lower(state.params, step.padded_eval_batch(batch, twin.cfg.batch_size,
-                                                                             twin.place.data))
+        start = time.perf_counter()
+        lowered = self.lower(twin, state, kind, batch)
         lower_s = time.perf_counter() - start
         compiled = lowered.compile()
         return {"lower_s": lower_s, "compile_s": time.perf_counter() - start, "hlo": compiled.as_text()}
+
+    def lower(self, twin, state, kind: str, batch) -> Any:
+        """The twin's jitted ``kind`` step lowered for ``batch``'s shapes, with the arguments its trainer passes."""
+        if kind == "train":
+            return twin.step.lower(state, twin.init_carry(), self.to_device(twin, batch), twin.key)
+        if twin.lm:  # the window's carry goes in and out
+            return twin.evaluate.lower(state.params, twin.init_carry(batch.size), self.to_device(twin, batch))
+        return twin.evaluate.lower(state.params, self.step_module.padded_eval_batch(batch, twin.cfg.batch_size,
+                                                                                   twin.place.data))
 
     def to_device(self, twin, batch) -> dict:
         """A training batch (the classifier's ``Batch``, the LM's ``Window``) on the twin's device, as its step reads
@@ -233,6 +246,10 @@ class JaxSide:
         compile time is reported nowhere, so it can overlap the other workers' loading instead of adding to the
         one-at-a-time set-up."""
         self.jax.block_until_ready(self.train_step_parts(twin, state, twin.init_carry(), batch)[:2])
+
+    def overheads(self, bench) -> dict:
+        """Nothing measured apart: the jitted step is what the trainer runs."""
+        return {}
 
     def train_step_parts(self, twin, state, carry, batch) -> tuple[Any, Any, float, dict[str, float]]:
         """The twin's training step as three jitted functions of :mod:`jax_impl.step`, each waited for: ``forward``
@@ -305,3 +322,71 @@ class JaxSide:
                 for k in self.jax.random.split(self.jax.random.PRNGKey(0)))
         matmul = self.jax.jit(lambda x, y: jnp.matmul(x, y, precision=precision))
         return {"gflop_s": gemm_gflop_s(matmul, a, b, self.jax.block_until_ready), "precision": self.precision}
+
+
+class NnxSide(JaxSide):
+    """The same for the JAX twin written in Flax NNX (``--flax-api nnx``, :class:`jax_impl.train.NnxTwin`): its steps
+    take the model and its optimizer, which they update in place, and its set-up measures apart what ``nnx.jit``'s
+    traversal of them costs a step (:meth:`overheads`)."""
+
+    def __init__(self, threads: int):
+        super().__init__(threads)
+        from flax import nnx
+        from jax_impl import nnx_step
+        self.nnx, self.nnx_step = nnx, nnx_step
+
+    def lower(self, twin, state, kind: str, batch) -> Any:
+        """``nnx.jit``'s own ``lower``, on the model and optimizer its trainer passes."""
+        if kind == "train":
+            return twin.step.lower(state.model, state.optimizer, twin.init_carry(), self.to_device(twin, batch),
+                                   twin.key)
+        return twin.evaluate.lower(state.model, self.step_module.padded_eval_batch(batch, twin.cfg.batch_size,
+                                                                                  twin.place.data))
+
+    def compile_parts(self, twin, state, batch) -> None:
+        """As the linen twin's, on a copy of the state: the NNX parts update the model they are given."""
+        copy = self.nnx_step.TrainState(self.nnx.clone(state.model), self.nnx.clone(state.optimizer))
+        super().compile_parts(twin, copy, batch)
+
+    def train_step_parts(self, twin, state, carry, batch) -> tuple[Any, Any, float, dict[str, float]]:
+        """The twin's training step as three ``nnx.jit`` functions of :mod:`jax_impl.nnx_step`, each waited for, as the
+        linen twin's (:meth:`JaxSide.train_step_parts`): ``forward`` (``make_loss_fn``'s loss), ``backward`` (the loss
+        and ``nnx.value_and_grad``'s gradient, less the forward's time) and ``optimizer`` (``make_update``, which
+        updates the model and the optimizer in place)."""
+        jax, nnx = self.jax, self.nnx
+        if self.parts is None:  # compiled in their first call
+            loss_fn = self.nnx_step.make_loss_fn(twin.cfg)
+            self.parts = (nnx.jit(loss_fn), nnx.jit(nnx.value_and_grad(loss_fn, has_aux=True)),
+                          nnx.jit(self.nnx_step.make_update(twin.cfg)))
+        loss_of, grads_of, update = self.parts
+        device_batch, key = self.to_device(twin, batch), jax.random.fold_in(twin.key, state.step)
+        clock = Clock(jax.block_until_ready)  # the device sync is the wait
+        forward = clock.lap(loss_of(state.model, carry, device_batch, key))
+        (loss, new_carry), grads = out = grads_of(state.model, carry, device_batch, key)
+        backward = clock.lap(out) - forward
+        carry, metrics = out = update(state.model, state.optimizer, grads, loss, carry, new_carry)
+        parts = {"forward": forward, "backward": backward, "optimizer": clock.lap(out)}
+        loss, finite = jax.device_get((metrics.loss, metrics.finite))
+        return state, carry, float(loss) if finite else math.nan, parts
+
+    def overheads(self, bench) -> dict:
+        """What ``nnx.jit``'s graph traversal costs a call on this twin's model and optimizer, measured apart from the
+        step: before each call ``nnx.jit`` walks their object graph to split it into arrays, and after it merges the
+        results back, where ``nnx.cached_partial`` (Flax's performance guide's remedy) walks it once and reuses that.
+        Both call one function of the model and the optimizer that computes nothing, :data:`DISPATCH_CALLS` times
+        each, alternated, each waited for: ``nnx_dispatch_ms``, each one's median ms from call to return, and
+        ``nnx_overhead_ms``, their difference, what the training step's call pays too (its arguments are the same
+        objects). Around a whole training step, a second of work would bury those milliseconds in its noise."""
+        jax, nnx = self.jax, self.nnx
+        state = bench.twin.init_state(bench.params)  # a state of its own
+        touch = nnx.jit(lambda model, optimizer: None)
+        cached = nnx.cached_partial(touch, state.model, state.optimizer)
+        calls = {"nnx.jit": lambda: touch(state.model, state.optimizer), "nnx.cached_partial": cached}
+        seconds: dict[str, list[float]] = {name: [] for name in calls}
+        for _ in range(1 + DISPATCH_CALLS):  # the first round compiles what it must, and is not counted
+            for name, call in calls.items():
+                start = time.perf_counter()
+                jax.block_until_ready(call())
+                seconds[name].append(time.perf_counter() - start)
+        ms = {name: float(np.median(times[1:])) * 1e3 for name, times in seconds.items()}
+        return {"nnx_dispatch_ms": ms, "nnx_overhead_ms": ms["nnx.jit"] - ms["nnx.cached_partial"]}

@@ -48,7 +48,8 @@ def kernel(r: dict) -> str:
     calls = [c for c in prov["custom_calls"] if "rnn" in c or "lstm" in c]
     library = (f" (oneDNN {prov['onednn']})" if prov.get("onednn") else
                f" ({prov['gemm']} GEMM, {prov['kernel_threads']} threads)" if prov.get("kernel_threads") else "")
-    return f"{r['lstm_impl']}, {prov['float_while_loops']} loops" + "".join(f", {c}" for c in calls) + library
+    impl = next((k.removeprefix("impl:") for k in prov["kernels"] if k.startswith("impl:")), r["lstm_impl"])  # nnx.flax
+    return f"{impl}, {prov['float_while_loops']} loops" + "".join(f", {c}" for c in calls) + library
 
 
 def parity_cell(r: dict) -> str:

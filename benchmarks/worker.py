@@ -1,7 +1,7 @@
 """A persistent benchmark worker, ``python -m benchmarks.worker torch|jax``: one per variant (per rank under DDP).
 
 One JSON request per line on stdin, one ``@@ {json}`` answer per line on stdout: ``load`` (the data and the twin),
-``setup`` (compile, first step, warm-up, provenance), ``steps`` (time ``n``
+``setup`` (compile, first step, warm-up, provenance; the NNX twin's graph traversal apart), ``steps`` (time ``n``
 steps of one kind), ``parity`` (losses with dropout 0), ``gemm`` (the float32 matmul rate), ``train`` (convergence
 mode: the trainer's whole run), ``quit``. The steps are the twins' own ``train_step`` and ``eval_step``, each ending
 in the host sync the trainers do, on the real batches of either workload (:mod:`common.workloads`: the classifier's
@@ -14,7 +14,8 @@ import resource
 import sys
 import time
 import traceback
-from contextlib import ExitStack
+from contextlib import ExitStack, suppress
+from pathlib import Path
 from typing import Any, Iterator
 
 from common import interrupts
@@ -25,7 +26,7 @@ import numpy as np  # noqa: E402
 
 from benchmarks.processes import REPLY_TAG  # noqa: E402
 from benchmarks.results import LM_PARITY_LR  # noqa: E402
-from benchmarks.sides import JaxSide, TorchSide, gemm_gflop_s  # noqa: E402
+from benchmarks.sides import JaxSide, NnxSide, TorchSide, gemm_gflop_s  # noqa: E402
 from common.batches import mean_distinct_tokens  # noqa: E402
 from common.config import Config  # noqa: E402
 from common.errors import UnsupportedError, UserError, cli_main  # noqa: E402
@@ -37,6 +38,28 @@ def is_full(batch: Any, cfg: Config) -> bool:
     """Whether an evaluation batch has the shape most of them have: --batch-size texts (the classifier), --bptt rows
     (the LM's window; the last of a split can be shorter)."""
     return batch.inputs.shape[0] == cfg.bptt if cfg.workload == "lm" else batch.size == cfg.batch_size
+
+
+def side_class(framework: str, cfg: Config) -> type:
+    """The framework's side of a worker: torch's, JAX's, or for the JAX twin written in Flax NNX, NNX's."""
+    if framework == "torch":
+        return TorchSide
+    return NnxSide if cfg.flax_api == "nnx" else JaxSide
+
+
+def reset_peak_rss() -> None:
+    """Start the process's peak resident memory afresh where Linux allows it (``/proc/self/clear_refs``)."""
+    with suppress(OSError):
+        Path("/proc/self/clear_refs").write_text("5", encoding="ascii")
+
+
+def peak_rss_mb() -> float:
+    """The process's peak resident memory, MB: since :func:`reset_peak_rss` (``VmHWM``), else since it started."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            return next(int(line.split()[1]) for line in f if line.startswith("VmHWM:")) / 1024  # kB
+    except (OSError, StopIteration):
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
 
 
 class PartsTimed:
@@ -89,9 +112,16 @@ class Bench:
             "eval": mean_distinct_tokens(self.eval)}
         self.side.adopt(self.twin, cfg)
         self.evals = self.eval_stream()  # the evaluation batches, round after round
-        if msg.get("parts"):  # untimed and unreported, so done while the other workers load
+        if msg.get("parts"):  # untimed and unreported
             self.side.compile_parts(self.twin, self.state, self.first)
+        for dtype in msg.get("parity_dtypes", []):  # into the compile cache, which the parity run then reads
+            twin, state, _ = self.build(self.parity_config(dtype))
+            self.side.compile(twin, state, "train", self.first)
         return {"loaded": True}
+
+    def batch_of(self, kind: str) -> Any:
+        """A batch of the shapes a step of ``kind`` ("eval" or "train") is compiled for."""
+        return self.eval[0] if kind == "eval" else self.first
 
     def eval_stream(self) -> Iterator[Any]:
         """The evaluation batches over and over, as :func:`common.loop.evaluate` steps through a split: a zero
@@ -102,28 +132,32 @@ class Bench:
             yield from self.eval
 
     def setup(self, msg: dict) -> dict:
-        """Compile, the first step, warm-up and provenance, each step kind in turn (one worker at a time)."""
+        """Compile, the first step, warm-up and provenance, each step kind in turn (one worker at a time); after the
+        training step's, what the framework's machinery costs a step measured apart (:meth:`NnxSide.overheads`)."""
+        reset_peak_rss()  # the peaks below are the set-up's and the steps', not the load's compiles
         out = {"vocab_size": len(self.data.vocab), "info": self.side.info(), "phases": {},
                "distinct_tokens": self.distinct_tokens,
                "record": {k: v for k, v in self.twin.record.items() if isinstance(v, (str, int, float, bool))}}
         for kind in msg["phases"]:  # inference first: its peak memory is read before training raises it
-            if kind == "parts":  # its functions were compiled while loading: the first step and warm-up
-                self.steps("parts", 1 + msg["warmup"])
+            if kind == "parts":  # compiled, and stepped once, while loading: the warm-up
+                self.steps("parts", msg["warmup"])
                 continue
-            phase = self.side.compile(self.twin, self.state, kind, self.eval[0] if kind == "eval" else self.first)
+            phase = self.side.compile(self.twin, self.state, kind, self.batch_of(kind))
             hlo = phase.pop("hlo", None)
             phase["first_step_s"] = self.steps(kind, 1)[0]
             if self.cfg.torch_compile:
                 phase["compile_s"] = phase["first_step_s"]  # Dynamo and Inductor work inside the first call
             self.steps(kind, msg["warmup"])
             out["phases"][kind] = {**phase, "peak_device_mb": self.side.peak_device_mb(),
-                                   "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}  # KiB
+                                   "peak_rss_mb": peak_rss_mb()}
             if kind == "train":  # what ran the LSTM, read once it is warm, and the float rules it ran under
                 out["provenance"] = {**self.side.provenance(self, hlo), "precision": out["info"]["precision"],
                                      **{k: self.twin.record[k] for k in ("flush_denormal", "lstm_kernel", "bfloat16")
                                         if k in self.twin.record}}  # what ran in bfloat16, by the twin's rules
                 if self.cfg.torch_compile and "dynamo:lstm" not in out["provenance"]["kernels"]:
                     return {**out, "not_applicable": out["provenance"]["dynamo"]["reason"]}
+                if msg.get("overheads"):  # the first worker's: the row reports its set-up
+                    out["phases"]["train"].update(self.side.overheads(self))  # on a state of its own
         return out
 
     def steps(self, kind: str, n: int) -> list:
@@ -147,16 +181,21 @@ class Bench:
         """Losses of ``n`` training steps from the shared weights with dropout 0, in a twin of their own (in ``dtype``
         if given: the baseline's float32 reference of a bfloat16 run); the language model's at its parity learning
         rate, :data:`benchmarks.results.LM_PARITY_LR`."""
+        self.side.use_dtype(dtype or self.cfg.dtype)  # the timing is over: JAX's x64 mode cannot disturb it
+        _, _, steps = self.build(self.parity_config(dtype))
+        return [s.loss for s in itertools.islice(steps, n)]
+
+    def parity_config(self, dtype: str | None) -> Config:
+        """The Config of the parity run in ``dtype`` (None: the run's): dropout 0; the language model's learning rate
+        :data:`benchmarks.results.LM_PARITY_LR`."""
         off = ({"dropout": 0.0, "lr": LM_PARITY_LR} if self.cfg.workload == "lm"
                else {"dropout": 0.0, "fc_dropout": 0.0})  # each workload's own fields
-        self.side.use_dtype(dtype or self.cfg.dtype)  # the timing is over: JAX's x64 mode cannot disturb it
-        _, _, steps = self.build(self.cfg.replace(**off, dtype=dtype or self.cfg.dtype))
-        return [s.loss for s in itertools.islice(steps, n)]
+        return self.cfg.replace(**off, dtype=dtype or self.cfg.dtype)
 
     def handle(self, msg: dict) -> dict:
         op, n = msg["op"], msg.get("n")
         if op in ("load", "train"):  # the first request: it sets the framework's threads before anything runs
-            self.side = self.side or (TorchSide if self.framework == "torch" else JaxSide)(msg["threads"])
+            self.side = self.side or side_class(self.framework, Config(**msg["config"]))(msg["threads"])
         if op == "load":
             return self.load(msg)
         if op == "setup":

@@ -87,6 +87,10 @@ class Config:
         "JAX fused: when the vocabulary has fewer rows than T·B, project the embedding table through layer 0's "
         "input weights once and gather the rows (fewer FLOPs, sums associated differently); --no-embed-fold "
         "runs nn.LSTM's algorithm (lookup, then projection)", "model"))
+    flax_api: str = field(default="linen", metadata=_opt(
+        "the Flax API the JAX classifier is written in: linen (every --lstm-impl) or nnx (Flax NNX: nnx.RNN over "
+        "Flax's stock nnx.OptimizedLSTMCell, stepped by nnx.jit and nnx.Optimizer; --lstm-impl auto or flax, float32 "
+        "or float64, one device); PyTorch takes linen only", "model", choices=("linen", "nnx")))
     # training
     batch_size: int = field(default=50, metadata=_opt("batch size B", "training", minimum=1))
     optimizer: str = field(default="adam", metadata=_opt(

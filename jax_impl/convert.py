@@ -8,6 +8,17 @@
     fc.bias               (1,)      ↔ fc/bias                  (1,)
 
 ``from_flax(to_flax(p))`` is bitwise ``p``.
+
+The classifier written in Flax NNX (:mod:`jax_impl.nnx_model`) holds Flax's stock cell's parameters, PyTorch's gate
+order (i, f, g, o) along each 4H axis, layer k at ``lstm/k/cell``:
+
+    lstm.weight_ih_l{k}   (4H, D_k) ↔ lstm/k/cell/dense_i/kernel   (D_k, 4H) transposed
+    lstm.bias_ih_l{k}     (4H,)     ↔ lstm/k/cell/dense_i/bias     (4H,)      (one the stock cell lacks: nnx_model)
+    lstm.weight_hh_l{k}   (4H, H)   ↔ lstm/k/cell/dense_h/kernel   (H, 4H)    transposed
+    lstm.bias_hh_l{k}     (4H,)     ↔ lstm/k/cell/dense_h/bias     (4H,)
+    embedding and fc as above
+
+``from_nnx(to_nnx(p))`` is bitwise ``p`` too.
 """
 from typing import Any
 
@@ -46,3 +57,28 @@ def from_flax(params: FlaxParams) -> Neutral:
     neutral["fc.weight"] = put(params["fc"]["kernel"], True)
     neutral["fc.bias"] = put(params["fc"]["bias"])
     return neutral
+
+
+def to_nnx(neutral: Neutral, dtype: Any = None) -> FlaxParams:
+    """Neutral name → array dict to the NNX model's parameters as a pure dict (``nnx.to_pure_dict``'s layout: layer k
+    under the int key k), numpy arrays (``dtype``: default unchanged)."""
+    flax = to_flax(neutral, dtype)
+    lstm = flax.pop("lstm")
+    layers = sum(1 for name in lstm if name.startswith("weight_ih_l"))
+    flax["lstm"] = {k: {"cell": {
+        "dense_i": {"kernel": np.ascontiguousarray(lstm[f"weight_ih_l{k}"].T), "bias": lstm[f"bias_ih_l{k}"]},
+        "dense_h": {"kernel": np.ascontiguousarray(lstm[f"weight_hh_l{k}"].T), "bias": lstm[f"bias_hh_l{k}"]}}}
+        for k in range(layers)}
+    return flax
+
+
+def from_nnx(params: FlaxParams) -> Neutral:
+    """The NNX model's parameters as a pure dict (numpy or jax arrays, any float dtype) to neutral float32 arrays, in
+    the order of ``common.params.param_shapes``."""
+    lstm = {}
+    for k, layer in sorted(params["lstm"].items(), key=lambda item: int(item[0])):
+        cell = layer["cell"]
+        (w_ih, b_ih), (w_hh, b_hh) = ((cell[d]["kernel"], cell[d]["bias"]) for d in ("dense_i", "dense_h"))
+        lstm.update({f"weight_ih_l{k}": np.asarray(w_ih).T, f"bias_ih_l{k}": b_ih,
+                     f"weight_hh_l{k}": np.asarray(w_hh).T, f"bias_hh_l{k}": b_hh})
+    return from_flax({**params, "lstm": lstm})

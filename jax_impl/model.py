@@ -7,11 +7,11 @@ that trains.
 :class:`SentimentRNN` holds the embedding table and hands it to :class:`LSTMStack`, which declares ``nn.LSTM``'s
 parameters (PyTorch's names and layout) and dropout masks and runs them through one of :data:`STACKS`
 (``--lstm-impl``, chosen by :mod:`jax_impl.recurrences.choice`). By default (``auto``) that is ``kernel`` in float32 on
-one AVX-512 CPU device (:mod:`jax_impl.recurrences.kernel`: our own recurrence kernel through XLA's FFI, layer by
-layer), else ``fused``, :func:`jax_impl.recurrences.fused.embedding_lstm_stack`: two layers as one wavefront loop with
-hand-written gradients. The others: ``scan`` and ``flax`` (:mod:`jax_impl.recurrences.stacks`, Flax ``nn.RNN``
-differentiated by JAX; ``scan`` is the reference the others are tested against and, under bfloat16, computes as
-PyTorch's autocast does), ``cudnn`` (:mod:`jax_impl.recurrences.cudnn`, CUDA only) and ``onednn``
+one CPU device with AVX2 or AVX-512 (:mod:`jax_impl.recurrences.kernel`: our own recurrence kernel through XLA's
+FFI, layer by layer), else ``fused``, :func:`jax_impl.recurrences.fused.embedding_lstm_stack`: two layers as one
+wavefront loop with hand-written gradients. The others: ``scan`` and ``flax`` (:mod:`jax_impl.recurrences.stacks`,
+Flax ``nn.RNN`` differentiated by JAX; ``scan`` is the reference the others are tested against and, under bfloat16,
+computes as PyTorch's autocast does), ``cudnn`` (:mod:`jax_impl.recurrences.cudnn`, CUDA only) and ``onednn``
 (:mod:`jax_impl.recurrences.onednn`, oneDNN's LSTM through XLA's FFI, CPU only). Any checkpoint runs under any of them.
 Every matmul runs at the model's ``precision``: ``Precision.HIGHEST`` (full float32, so TF32 GPUs still agree with the
 CPU and PyTorch) unless ``--allow-tf32`` makes it ``DEFAULT``, in both twins. The carry is a tuple of L pairs

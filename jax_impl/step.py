@@ -200,9 +200,15 @@ def make_eval_step(model: SentimentRNN, cfg: Config) -> Callable[[Any, DeviceBat
         carry = model.zero_carry(batch["tokens"].shape[0])
         logits, _ = model.apply({"params": params}, batch["tokens"], carry,
                                 batch["lengths"] if cfg.padding == "right" else None, train=False)
-        real = batch["weights"] > 0
-        losses = jnp.where(real, bce_per_example(logits, batch["labels"]), 0)
-        correct = jnp.where(real, predictions(logits) == batch["labels"].astype(logits.dtype), False)
-        return jnp.sum(losses), jnp.sum(correct.astype(jnp.int32))
+        return eval_sums(logits, batch)
 
     return jax.jit(eval_step)
+
+
+def eval_sums(logits: jax.Array, batch: DeviceBatch) -> tuple[jax.Array, jax.Array]:
+    """``(loss_sum, correct)`` of ``logits`` (B,) over the batch's real rows (``batch["weights"]`` > 0): the BCE sum and
+    the number of right predictions."""
+    real = batch["weights"] > 0
+    losses = jnp.where(real, bce_per_example(logits, batch["labels"]), 0)
+    correct = jnp.where(real, predictions(logits) == batch["labels"].astype(logits.dtype), False)
+    return jnp.sum(losses), jnp.sum(correct.astype(jnp.int32))

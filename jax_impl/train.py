@@ -1,5 +1,6 @@
 """Train the sentiment LSTM with JAX/Flax: ``python -m jax_impl.train [--lstm-impl auto|kernel|fused|scan|...] ...``,
-or the word-level language model: ``python -m jax_impl.train --workload lm [--cell gru] [--lstm-impl scan|flax]``.
+the same written in Flax NNX: ``python -m jax_impl.train --flax-api nnx``, or the word-level language model:
+``python -m jax_impl.train --workload lm [--cell gru] [--lstm-impl scan|flax]``.
 
 The loop is ``common.loop.train``, the same program as ``torch_impl.train`` (flags, data order, carry modes,
 log line, metrics JSONL, neutral and training checkpoints). :class:`JaxTwin` is the JAX side of it, a few
@@ -24,9 +25,9 @@ from common.errors import ConfigError, cli_main  # noqa: E402
 from common.params import Params  # noqa: E402
 from common.precision import BFLOAT16_RULES  # noqa: E402
 from common.runstate import Progress  # noqa: E402
-from jax_impl import lm_model, rng_lowering, xla_env  # noqa: E402
+from jax_impl import lm_model, nnx_model, nnx_step, rng_lowering, xla_env  # noqa: E402
 from jax_impl.recurrences import choice, kernel, onednn  # noqa: E402
-from jax_impl.convert import from_flax, to_flax  # noqa: E402
+from jax_impl.convert import from_flax, from_nnx, to_flax, to_nnx  # noqa: E402
 from jax_impl.lm_step import make_lm_eval_step, make_lm_train_step, window_to_device  # noqa: E402
 from jax_impl.distributed import placement  # noqa: E402
 from jax_impl.model import model_from_config  # noqa: E402
@@ -57,14 +58,7 @@ class JaxTwin:
         self.cfg, self.is_main = cfg, True  # one process drives every device
         self.key = jax.device_put(jax.random.key(cfg.seed), self.place.replicated)  # dropout: fold_in(key, step)
         unrolled = rng_lowering.unroll_threefry_on_cpu()  # before the steps are lowered: the same bits, faster
-        if self.lm:
-            self.model = lm_model.lm_model_from_config(cfg, vocab_size)
-            self.step, self.evaluate = make_lm_train_step(self.model, cfg), make_lm_eval_step(self.model)
-            self.to_flax, self.from_flax, impl = lm_model.to_flax, lm_model.from_flax, self.model.impl
-        else:
-            self.model = model_from_config(cfg, vocab_size, device.platform, self.place.devices)
-            self.step, self.evaluate = make_train_step(self.model, cfg), make_eval_step(self.model, cfg)
-            self.to_flax, self.from_flax, impl = to_flax, from_flax, self.model.lstm_impl
+        impl = self.build(cfg, vocab_size, device)
         self.record = {"framework": "jax", "jax": jax.__version__, "device": self.place.describe(),
                        "devices": self.place.devices, "dtype": cfg.dtype, "lstm_impl": impl,
                        "flush_denormal": device.platform == "cpu", "allow_tf32": cfg.allow_tf32,
@@ -80,6 +74,19 @@ class JaxTwin:
         if cfg.dtype == "bfloat16":  # what the model computes in bfloat16 (scan: PyTorch's autocast, flax: Flax's)
             rules = "flax" if impl == "flax" else "native" if cfg.padding == "right" else "onednn"
             self.record["bfloat16"] = BFLOAT16_RULES[rules]
+
+    def build(self, cfg: Config, vocab_size: int, device: jax.Device) -> str:
+        """The model, its jitted steps (``step``, ``evaluate``) and its neutral ⇄ Flax conversions; returns the LSTM
+        implementation that runs."""
+        if self.lm:
+            self.model = lm_model.lm_model_from_config(cfg, vocab_size)
+            self.step, self.evaluate = make_lm_train_step(self.model, cfg), make_lm_eval_step(self.model)
+            self.to_flax, self.from_flax = lm_model.to_flax, lm_model.from_flax
+            return self.model.impl
+        self.model = model_from_config(cfg, vocab_size, device.platform, self.place.devices)
+        self.step, self.evaluate = make_train_step(self.model, cfg), make_eval_step(self.model, cfg)
+        self.to_flax, self.from_flax = to_flax, from_flax
+        return self.model.lstm_impl
 
     def init_state(self, params: Params) -> TrainState:
         return create_train_state(self.model, self.cfg, params, self.place.replicated, self.to_flax)
@@ -120,15 +127,48 @@ class JaxTwin:
         return load_training_state(path, state, carry)
 
 
+class NnxTwin(JaxTwin):
+    """The JAX twin written in Flax NNX (``--flax-api nnx``, the classifier): the model of :mod:`jax_impl.nnx_model`
+    and the ``nnx.jit`` steps of :mod:`jax_impl.nnx_step`; its state a :class:`jax_impl.nnx_step.TrainState` (the
+    model and its ``nnx.Optimizer``, updated in place), everything else the linen twin's."""
+
+    def __init__(self, cfg: Config, vocab_size: int, device: jax.Device):
+        super().__init__(cfg, vocab_size, device)
+        self.record["flax_api"] = "nnx"
+        self.record.pop("lstm_impl_auto", None)  # under NNX, auto has one choice: nothing to explain
+
+    def build(self, cfg: Config, vocab_size: int, device: jax.Device) -> str:
+        """Flax NNX's model and its ``nnx.jit`` steps; the implementation that runs is Flax's stock cell."""
+        impl = choice.resolve(cfg.lstm_impl, choice.Run.of(cfg, device.platform, self.place.devices))
+        self.model = nnx_model.model_from_config(cfg, vocab_size)  # copied, with the run's weights, by init_state
+        self.step, self.evaluate = nnx_step.make_train_step(cfg), nnx_step.make_eval_step(cfg)
+        self.to_flax, self.from_flax = to_nnx, from_nnx
+        return impl
+
+    def init_state(self, params: Params) -> nnx_step.TrainState:
+        return nnx_step.create_train_state(self.model, self.cfg, params, self.place.replicated)
+
+    def train_step(self, state: nnx_step.TrainState, carry: Any, batch) -> tuple[nnx_step.TrainState, Any, float]:
+        carry, metrics = self.step(state.model, state.optimizer, carry, batch_to_device(batch, self.place.data),
+                                   self.key)
+        loss, finite = jax.device_get((metrics.loss, metrics.finite))  # the step's one host sync
+        return state, carry, float(loss) if finite else math.nan
+
+    def eval_step(self, state: nnx_step.TrainState, carry: Any, batch) -> tuple[Any, tuple[jax.Array, Any]]:
+        return carry, self.evaluate(state.model, padded_eval_batch(batch, self.cfg.batch_size, self.place.data))
+
+
 @contextmanager
 def twin_maker(cfg: Config) -> Iterator[Callable[[Config, int], JaxTwin]]:
-    """How :func:`train` builds its twin: on the run's device, made JAX's default while the context is open. The
-    benchmark's workers build theirs through it too."""
+    """How :func:`train` builds its twin (``--flax-api``: linen's :class:`JaxTwin`, or :class:`NnxTwin`): on the run's
+    device, made JAX's default while the context is open. The benchmark's workers build theirs through it too."""
     resolve_dtype(cfg.dtype)
     device = resolve_device(cfg.device)
-    choice.resolve(cfg.lstm_impl, choice.Run.of(cfg, device.platform))  # fails before the data is read
+    devices = 1 if cfg.workload == "lm" else placement(cfg, device).devices  # the language model: one (JaxTwin)
+    choice.resolve(cfg.lstm_impl, choice.Run.of(cfg, device.platform, devices))  # fails before the data is read
+    twin = NnxTwin if cfg.flax_api == "nnx" else JaxTwin
     with jax.default_device(device):
-        yield lambda cfg, vocab_size: JaxTwin(cfg, vocab_size, device)
+        yield lambda cfg, vocab_size: twin(cfg, vocab_size, device)
 
 
 def train(cfg: Config) -> dict[str, Any]:

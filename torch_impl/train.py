@@ -138,6 +138,8 @@ def twin_maker(cfg: Config) -> Iterator[Callable[[Config, int], TorchTwin]]:
     joined here and left on exit. The benchmark's workers build theirs through it too."""
     if cfg.lstm_impl != "auto":
         raise ConfigError(f"--lstm-impl {cfg.lstm_impl} is JAX-only: PyTorch runs nn.LSTM (leave --lstm-impl auto)")
+    if cfg.flax_api != "linen":
+        raise ConfigError(f"--flax-api {cfg.flax_api} is JAX-only: PyTorch runs nn.LSTM (leave --flax-api linen)")
     world = world_from_environment()
     if world is not None and cfg.workload == "lm":
         raise ConfigError("the language model trains in one process: data parallelism (torchrun) is the classifier's")

@@ -25,6 +25,16 @@ def entry(label, train_s, eval_s, lstm_impl="nn.LSTM", flush=True, replicate=1, 
                        {"train": 3, "eval": 5})
 
 
+def nnx_entry(train_s, eval_s, overhead_ms: float = 0.75) -> EntryResult:
+    """jax:nnx as its worker reports it: Flax's cell through the NNX API, and nnx.jit's overhead measured apart (a
+    call under nnx.jit taking twice the ``overhead_ms`` one through nnx.cached_partial takes)."""
+    e = entry("jax:nnx", train_s, eval_s, "flax", kernels=["impl:nnx.flax"])
+    e.setup.record["flax_api"] = "nnx"
+    e.setup.phases["train"].update(nnx_dispatch_ms={"nnx.jit": 2 * overhead_ms, "nnx.cached_partial": overhead_ms},
+                                   nnx_overhead_ms=overhead_ms)
+    return e
+
+
 def session(n=5, **entries: EntryResult) -> Session:
     """The baseline, jax:jit and a skipped jax:cudnn over ``n`` rounds (the fifth busy), and ``entries`` besides."""
     rounds = [Round([], 0.1 * i, i == 4) for i in range(n)]

@@ -10,6 +10,8 @@ from benchmarks.tests.sessions import entry, results_doc, session
 from common.errors import ConfigError
 
 BENCH = Path(__file__).resolve().parents[2] / "docs" / "bench"
+RUNS = BENCH / "intel-xeon-avx512-2cpu"  # the five coverage runs of 2026-12-05: 2026-12-05-coverage-N
+ONE, TWO = RUNS / "2026-12-05-coverage-1", RUNS / "2026-12-05-coverage-2"
 
 
 def test_compare_sets_matching_rows_side_by_side():
@@ -62,7 +64,7 @@ def test_rounds_only_intervals_hold_the_replicates_fixed_and_so_miss_their_sprea
 
 def test_the_checked_in_coverage_runs_hold_92_percent_and_62_percent_with_the_replicates_fixed():
     # docs/benchmarks.md quotes both figures: five runs of make bench back to back on the Intel host.
-    names = [str(BENCH / "coverage-runs" / f"run{i}") for i in range(1, 6)]
+    names = [str(RUNS / f"2026-12-05-coverage-{i}") for i in range(1, 6)]
     docs = [schema.read_run(x, "coverage") for x in names]
     assert crossrun.coverage(docs, names, markdown=False).splitlines()[-1] == (
         "all: 92 of 100 (92%); ✗: the interval misses it")
@@ -70,41 +72,39 @@ def test_the_checked_in_coverage_runs_hold_92_percent_and_62_percent_with_the_re
         "all: 25 of 40 (62%); ✗: the interval misses it")
 
 
-RUNS = BENCH / "coverage-runs"
-
-
 @pytest.mark.parametrize("runs, same", [
-    (["run1", "run1", "run1"], "the same results.json"),
-    (["run1", "run2", "run1/results.json"], "the same results.json"),
+    (["2026-12-05-coverage-1"] * 3, "the same results.json"),
+    (["2026-12-05-coverage-1", "2026-12-05-coverage-2", "2026-12-05-coverage-1/results.json"],
+     "the same results.json"),
 ])
 def test_coverage_refuses_one_run_given_twice(runs, same, capsys):
     names = [str(RUNS / r) for r in runs]
     assert bench.main(["coverage", *names]) == 2
-    duplicate = names[2] if runs[2] != "run2" else names[1]
+    duplicate = names[2] if runs[2] != "2026-12-05-coverage-2" else names[1]
     assert capsys.readouterr().err == (f"error: coverage: {names[0]} and {duplicate} are one run ({same}); coverage "
                                        f"needs distinct runs\n")
 
 
 def test_coverage_refuses_a_copy_of_a_run(tmp_path, capsys):
-    (tmp_path / "results.json").write_bytes((RUNS / "run1" / "results.json").read_bytes())
-    names = [str(RUNS / "run1"), str(RUNS / "run2"), str(tmp_path)]
+    (tmp_path / "results.json").write_bytes((ONE / "results.json").read_bytes())
+    names = [str(ONE), str(TWO), str(tmp_path)]
     assert bench.main(["coverage", *names]) == 2
     assert capsys.readouterr().err == (f"error: coverage: {names[0]} and {names[2]} are one run (identical results); "
                                        f"coverage needs distinct runs\n")
 
 
 def test_a_run_with_no_rows_is_refused_in_one_line(tmp_path, capsys):
-    doc = json.loads((RUNS / "run1" / "results.json").read_text(encoding="utf-8"))
+    doc = json.loads((ONE / "results.json").read_text(encoding="utf-8"))
     (tmp_path / "results.json").write_text(json.dumps({**doc, "results": []}), encoding="utf-8")
-    assert bench.main(["coverage", str(RUNS / "run1"), str(RUNS / "run2"), str(tmp_path)]) == 2
+    assert bench.main(["coverage", str(ONE), str(TWO), str(tmp_path)]) == 2
     assert capsys.readouterr().err == (f"error: coverage: {tmp_path / 'results.json'}: holds no results (a run in "
                                        f"which nothing was measured)\n")
 
 
 def test_comparing_a_run_with_itself_is_allowed_and_said(capsys):
-    assert bench.main(["compare", str(RUNS / "run1"), str(RUNS / "run1" / "results.json")]) == 0
+    assert bench.main(["compare", str(ONE), str(ONE / "results.json")]) == 0
     out = capsys.readouterr()
-    assert out.err == (f"note: compare: {RUNS / 'run1'} and {RUNS / 'run1' / 'results.json'} are one run (the same "
+    assert out.err == (f"note: compare: {ONE} and {ONE / 'results.json'} are one run (the same "
                        f"results.json): every ratio is 1.00× by construction\n")
     assert {line.split()[-1] for line in out.out.splitlines() if line.startswith("jax:")} == {"1.00×"}
 
@@ -113,7 +113,7 @@ def test_comparing_a_run_with_itself_is_allowed_and_said(capsys):
 def test_an_existing_report_is_refused_before_reading_the_runs_unless_overwrite(command, tmp_path, capsys):
     report = tmp_path / "report.md"
     report.write_text("hand-edited\n", encoding="utf-8")
-    runs = [str(RUNS / f"run{i}") for i in (1, 2, 3)][:2 if command == "compare" else 3]
+    runs = [str(RUNS / f"2026-12-05-coverage-{i}") for i in (1, 2, 3)][:2 if command == "compare" else 3]
     assert bench.main([command, *runs, "--out", str(report)]) == 2
     assert capsys.readouterr().err == f"error: --out {report}: exists; pass --overwrite to replace it\n"
     assert report.read_text(encoding="utf-8") == "hand-edited\n"
@@ -122,10 +122,10 @@ def test_an_existing_report_is_refused_before_reading_the_runs_unless_overwrite(
 
 
 def test_a_report_over_a_runs_results_is_refused_unless_overwrite(tmp_path, capsys):
-    (tmp_path / "results.json").write_bytes((RUNS / "run1" / "results.json").read_bytes())
+    (tmp_path / "results.json").write_bytes((ONE / "results.json").read_bytes())
     run = str(tmp_path)
-    assert bench.main(["compare", run, str(RUNS / "run2"), "--out", str(tmp_path / "results.json")]) == 2
+    assert bench.main(["compare", run, str(TWO), "--out", str(tmp_path / "results.json")]) == 2
     assert capsys.readouterr().err == (f"error: the run {tmp_path / 'results.json'} is the same path as --out "
                                        f"{tmp_path / 'results.json'}, which the report replaces: its results would be "
                                        f"lost; give each its own path, or pass --overwrite\n")
-    assert (tmp_path / "results.json").read_bytes() == (RUNS / "run1" / "results.json").read_bytes()
+    assert (tmp_path / "results.json").read_bytes() == (ONE / "results.json").read_bytes()

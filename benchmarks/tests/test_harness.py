@@ -1,4 +1,5 @@
 """What a worker's reply means: one reading for set-up, the rounds, parity, the GEMM peak and convergence runs."""
+import time
 from types import SimpleNamespace
 
 import pytest
@@ -33,3 +34,44 @@ def test_an_entrys_answer_is_rank_0s_unless_another_rank_is_not_ok():
     assert ranks({"step_s": [0.1]}, {"step_s": [0.2]}) == {"step_s": [0.1]}
     assert ranks({"step_s": [0.1]}, {"user_error": "no GPU"}) == {"user_error": "no GPU"}
     assert ranks({"error": "worker exited"}, {"not_applicable": "no"}) == {"error": "worker exited"}
+
+
+def test_replicates_share_one_compile_cache_and_other_entries_do_not(tmp_path):
+    first, second = (harness.Entry("jax:fused", "jax", {"hidden_dim": 16}, replicate=r) for r in (1, 2))
+    other_config = harness.Entry("jax:fused", "jax", {"hidden_dim": 32})
+    other_variant = harness.Entry("jax:jit", "jax", {"hidden_dim": 16})
+    cache = harness.compile_cache(first, tmp_path)
+    assert harness.compile_cache(second, tmp_path) == cache
+    assert cache not in (harness.compile_cache(other_config, tmp_path), harness.compile_cache(other_variant, tmp_path))
+
+
+def test_only_entries_that_time_the_parts_run_the_parts_phase():
+    plan = harness.Plan(5, 1, 1, 1, phases=("eval", "train", "parts"))
+    assert plan.phases_of(harness.Entry("jax:fused", "jax", {}, parts=True)) == ("eval", "train", "parts")
+    assert plan.phases_of(harness.Entry("jax:fused", "jax", {}, replicate=2, parts=False)) == ("eval", "train")
+
+
+def test_workers_load_no_more_at_once_than_there_are_usable_cores(monkeypatch, tmp_path):
+    # Members stood in for by objects that record how many are loading when each starts (real ones take seconds).
+    loading, most = set(), []
+
+    class Loading:
+        def __init__(self, e, device, work):
+            self.key = e.key
+
+        def send(self, msg):
+            loading.add(self.key)
+            most.append(len(loading))
+
+        def receive(self):
+            time.sleep(0.01)
+            loading.discard(self.key)
+            return {"loaded": True}
+
+    monkeypatch.setattr(harness, "Member", Loading)
+    monkeypatch.setattr(harness, "usable_cpus", lambda: 2)
+    entries = [harness.Entry(f"jax:v{i}", "jax", {}) for i in range(7)]
+    members: dict = {}
+    loaded = harness._load(entries, members, harness.Plan(5, 1, 1, 1), "cpu", tmp_path)
+    assert loaded == {e.key: {"loaded": True} for e in entries} and set(members) == set(loaded)
+    assert len(most) == 7 and max(most) == 2

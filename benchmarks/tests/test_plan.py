@@ -48,7 +48,7 @@ def test_comma_list_strips_each_value():
 def test_select_variants_default_all_and_named():
     both = ["torch", "jax"]
     assert [v.label for v in plan.select_variants("default", both)] == [
-        "torch:eager", "torch:compile", "jax:flax", "jax:nofold", "jax:fused", "jax:jit", "jax:onednn"]
+        "torch:eager", "torch:compile", "jax:flax", "jax:nnx", "jax:nofold", "jax:fused", "jax:jit", "jax:onednn"]
     assert len(plan.select_variants("all", both)) == len(plan.VARIANTS)
     assert [v.label for v in plan.select_variants("jit,torch:eager", both)] == ["jax:jit", "torch:eager"]
     with pytest.raises(ConfigError, match="unknown variant"):
@@ -59,14 +59,16 @@ def test_select_variants_default_all_and_named():
 
 def test_each_device_default_holds_its_own_vendor_kernel_row():
     assert [v.label for v in plan.select_variants("default", ["torch", "jax"], "gpu")] == [
-        "torch:eager", "torch:compile", "jax:flax", "jax:scan", "jax:nofold", "jax:jit", "jax:cudnn"]
+        "torch:eager", "torch:compile", "jax:flax", "jax:nnx", "jax:scan", "jax:nofold", "jax:jit", "jax:cudnn"]
 
 
 def test_every_tier_has_a_row_and_each_label_promises_its_kernel():
     tiers = {v.label: v.tier for v in plan.VARIANTS}
     assert set(tiers.values()) == set(plan.TIERS)
-    assert (tiers["torch:eager"], tiers["jax:flax"], tiers["jax:scan"], tiers["jax:jit"], tiers["jax:cudnn"]) == (
-        "stock", "stock", "stock", "tuned", "vendor")
+    assert (tiers["torch:eager"], tiers["jax:flax"], tiers["jax:nnx"], tiers["jax:scan"], tiers["jax:jit"],
+            tiers["jax:cudnn"]) == ("stock", "stock", "stock", "stock", "tuned", "vendor")
+    # The NNX row promises its own provenance tag: a linen run's impl:flax would be a fallback there.
+    assert plan.variant("jax:nnx").kernel == {"cpu": "impl:nnx.flax", "gpu": "impl:nnx.flax"}
     assert plan.variant("jax:cudnn").kernel == {"gpu": "dnn_rnn"}  # cuDNN's custom call in the compiled step
     assert plan.variant("torch:eager").kernel == {"gpu": "_cudnn_rnn"}  # nn.LSTM on cuDNN, on a GPU
 
@@ -79,6 +81,7 @@ def test_variants_are_trainer_configs_with_the_stated_change():
     assert plan.variant("torch:compile").changes == {"torch_compile": True}
     assert plan.variant("jax:cudnn").changes == {"lstm_impl": "cudnn"}
     assert plan.variant("jax:flax").changes == {"lstm_impl": "flax"}
+    assert plan.variant("jax:nnx").changes == {"flax_api": "nnx"}  # python -m jax_impl.train --flax-api nnx
     assert plan.variant("torch:eager").changes == {} and plan.variant("jax:jit").changes == {}
     assert plan.BASELINE == "torch:eager"
 
@@ -98,7 +101,8 @@ def test_resolve_frameworks_refuses_an_empty_list_as_variants_does():
 
 def test_the_variant_table_says_which_headline_comparisons_each_variant_takes_part_in():
     taking = {key: [v.label for v in plan.VARIANTS if key in v.headline] for key in plan.HEADLINES}
-    assert taking == {"stock": ["jax:flax", "jax:scan"], "best tuned": ["jax:nofold", "jax:fused", "jax:jit"],
+    assert taking == {"stock": ["jax:flax", "jax:nnx", "jax:scan"],
+                      "best tuned": ["jax:nofold", "jax:fused", "jax:jit"],
                       "same algorithm": ["jax:nofold"], "vendor kernel": ["jax:cudnn", "jax:onednn"],
                       "compiled": ["torch:compile"], "kernel": ["jax:jit", "jax:kernel"]}
     # A variant is named in a comparison only where its row ran in that comparison's tier.

@@ -49,3 +49,18 @@ def test_cpu_seconds_count_this_process_as_its_own_work():
 def test_load_from_others_is_unknown_without_a_reading():
     assert processes.others_load(None, (5.0, 1.0), 1.0) is None
     assert processes.others_load((1.0, 0.5), (4.0, 1.5), 2.0) == pytest.approx(1.0)  # (3 s busy - 1 s own) / 2 s
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/cpuinfo"), reason="the vector width is read from /proc/cpuinfo")
+def test_the_environment_names_the_cpus_widest_vector_set():
+    with open("/proc/cpuinfo", encoding="utf-8") as f:
+        flags = next(line for line in f if line.startswith("flags")).split()
+    expected = "avx512" if "avx512f" in flags else "avx2" if "avx2" in flags else "sse"
+    assert processes.environment()["vector_isa"] == expected
+
+
+def test_a_worker_compiles_into_its_entrys_cache_and_nowhere_else(tmp_path):
+    env = processes.worker_environ(1, "cpu", str(tmp_path))
+    assert env["JAX_COMPILATION_CACHE_DIR"] == str(tmp_path / "xla")
+    assert env["TORCHINDUCTOR_CACHE_DIR"] == str(tmp_path / "inductor")
+    assert env["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] == "0"  # every program, however quick to compile

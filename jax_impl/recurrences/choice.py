@@ -6,9 +6,12 @@ refused with it (:func:`resolve`), and ``auto`` passes over one that has one (:f
     resolve("onednn", Run(padding="right"))   → UnsupportedError: --lstm-impl onednn: it takes no sequence lengths ...
     resolve("fused", Run("lm", cell="gru"))   → UnsupportedError: --lstm-impl fused: it computes the LSTM ...
     auto(Run(workload="lm"))                  → ("scan", why)
+    resolve("auto", Run(flax_api="nnx"))      → "flax" (nnx.RNN over Flax's stock cell: the only one NNX runs)
 
 The implementations, each a module of this package that computes and never decides where it may run (see the
-package's docstring): ``fused``, ``scan`` and ``flax`` (``stacks``), ``cudnn``, ``onednn``, ``kernel``.
+package's docstring): ``fused``, ``scan`` and ``flax`` (``stacks``), ``cudnn``, ``onednn``, ``kernel``. Under
+``--flax-api nnx`` the classifier is :mod:`jax_impl.nnx_model`, Flax's stock cell under ``nnx.RNN``, and what it cannot
+serve is refused here too (:func:`nnx_obstacle`).
 """
 from dataclasses import dataclass
 
@@ -28,7 +31,7 @@ NATIVE = {"onednn": onednn.NAME, "kernel": kernel.NAME}  # the implementations b
 class Run:
     """What an implementation must serve: ``workload``, ``dtype`` (``--dtype``), ``platform`` (the run's JAX
     platform; None: JAX's default backend's), ``padding`` (``--padding``), ``devices`` (the mesh's size) and ``cell``
-    (the language model's ``--cell``)."""
+    (the language model's ``--cell``) and ``flax_api`` (``--flax-api``: linen, or nnx)."""
 
     workload: str = "classifier"
     dtype: str = "float32"
@@ -36,11 +39,12 @@ class Run:
     padding: str = "left"
     devices: int = 1
     cell: str = "lstm"
+    flax_api: str = "linen"
 
     @classmethod
     def of(cls, cfg, platform: str | None = None, devices: int = 1) -> "Run":
         """What ``cfg``'s run asks of a recurrence on ``platform`` over a mesh of ``devices``."""
-        return cls(cfg.workload, cfg.dtype, platform, cfg.padding, devices, cfg.cell)
+        return cls(cfg.workload, cfg.dtype, platform, cfg.padding, devices, cfg.cell, cfg.flax_api)
 
     @property
     def backend(self) -> str:
@@ -85,13 +89,29 @@ def obstacle(impl: str, run: Run) -> str | None:
     return None
 
 
+def nnx_obstacle(run: Run) -> str | None:
+    """Why the classifier written in Flax NNX (:mod:`jax_impl.nnx_model`) cannot compute ``run``, in words that follow
+    "it" (None: it can). It runs Flax's stock cell in float32 or float64 on one device, either padding."""
+    if run.workload != "classifier":
+        return "it is the classifier's; the language model is written in linen (leave --flax-api linen)"
+    if run.dtype == "bfloat16":
+        return ("it computes float32 or float64: PyTorch's bfloat16 autocast rules are implemented in linen's scan "
+                "stack only (use --flax-api linen)")
+    if run.devices > 1:
+        return f"it runs on one device, not a mesh of {run.devices} (pass --devices 1, or --flax-api linen)"
+    return None
+
+
 def auto(run: Run) -> tuple[str, str]:
     """``--lstm-impl auto``'s choice for ``run`` and why. The language model: XLA's fused recurrence for the LSTM,
     whose recurrence part measured the fastest JAX one, or level with it, at both of the example's sizes
     (``docs/language-model.md``), and ``scan`` for the GRU (no tuned GRU exists). The classifier: under bfloat16
     ``scan`` (PyTorch's mixed precision, which the fused recurrence and the kernel do not implement); our kernel where
     nothing stands in its way and it runs its AVX-512 or AVX2 tiles, the fastest on the CPUs measured
-    (``benchmarks/PERFORMANCE.md``); else XLA's fused recurrence."""
+    (``benchmarks/PERFORMANCE.md``); else XLA's fused recurrence. Under ``--flax-api nnx``: Flax's stock cell, the one
+    the NNX model runs."""
+    if run.flax_api == "nnx":
+        return "flax", "Flax NNX: nnx.RNN over Flax's stock nnx.OptimizedLSTMCell, the one cell the NNX model runs"
     if run.workload == "lm":
         if run.cell == "gru":
             return "scan", "the GRU's reference recurrence (Flax nn.RNN over PyTorch's GRU cell): no tuned GRU exists"
@@ -109,7 +129,16 @@ def auto(run: Run) -> tuple[str, str]:
 
 def resolve(name: str, run: Run) -> str:
     """``--lstm-impl`` → the implementation that runs: ``auto``'s choice, or ``name`` itself where nothing stands in
-    its way; otherwise an :class:`UnsupportedError` saying what does, in one line."""
+    its way; otherwise an :class:`UnsupportedError` saying what does, in one line. Under ``--flax-api nnx`` that is
+    ``flax`` (``auto`` or ``flax``; any other name is a :class:`ConfigError`), where :func:`nnx_obstacle` has none."""
+    if run.flax_api == "nnx":
+        why = nnx_obstacle(run)
+        if why:
+            raise UnsupportedError(f"--flax-api nnx: {why}")
+        if name not in ("auto", "flax"):
+            raise ConfigError(f"--lstm-impl {name} is linen's: under --flax-api nnx the LSTM is nnx.RNN over Flax's "
+                              f"stock cell (leave --lstm-impl auto, or pass --flax-api linen)")
+        return "flax"
     if name == "auto":
         return auto(run)[0]
     if name not in IMPLS["classifier"]:

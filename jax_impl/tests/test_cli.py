@@ -91,3 +91,38 @@ def test_a_size_beyond_the_machine_is_one_line_and_exit_status_2(corpus, capsys)
     err = capsys.readouterr().err
     assert err.startswith("error: --embed-dim 400, --hidden-dim 99999999999, --layers 2") and err.count("\n") == 1
     assert "of memory (parameters with their gradients and Adam's state" in err and "this process can have" in err
+
+
+@pytest.mark.parametrize("flags,message", [
+    (["--lstm-impl", "fused"], "--lstm-impl fused is linen's: under --flax-api nnx the LSTM is nnx.RNN over Flax's "
+                               "stock cell (leave --lstm-impl auto, or pass --flax-api linen)"),
+    (["--dtype", "bfloat16"], "--flax-api nnx: it computes float32 or float64: PyTorch's bfloat16 autocast rules are "
+                              "implemented in linen's scan stack only (use --flax-api linen)"),
+    (["--workload", "lm"], "--flax-api nnx: it is the classifier's; the language model is written in linen (leave "
+                           "--flax-api linen)"),
+], ids=["lstm-impl", "bfloat16", "lm"])
+def test_what_flax_api_nnx_cannot_run_is_one_line_and_exit_status_2_before_the_data_is_read(tmp_path, capsys, flags,
+                                                                                           message):
+    missing = [] if "lm" in flags else ["--pos", str(tmp_path / "no-pos.txt"), "--neg", str(tmp_path / "no-neg.txt")]
+    assert main(["--flax-api", "nnx", "--device", "cpu", "--no-progress", *missing, *flags]) == 2
+    assert capsys.readouterr().err == f"error: {message}\n"  # not the missing corpus: refused before it is read
+
+
+def test_flax_api_nnx_trains_through_the_loop_and_resumes_from_its_training_checkpoint(corpus, tmp_path, capsys):
+    """What the bench's jax:nnx row times, a trainer runs: the NNX twin through common.loop, its neutral checkpoint
+    read by the linen predictor, and its Orbax training state resumed onto the uninterrupted run's losses."""
+    def run(steps: int, name: str, *flags: str) -> list[dict]:
+        metrics = tmp_path / f"{name}.jsonl"
+        assert main(["--pos", str(corpus[0]), "--neg", str(corpus[1]), "--flax-api", "nnx", "--embed-dim", "8",
+                     "--hidden-dim", "16", "--seq-len", "12", "--batch-size", "4", "--device", "cpu", "--log-every",
+                     "0", "--no-progress", "--max-steps", str(steps), "--metrics-out", str(metrics), *flags]) == 0
+        return [json.loads(line) for line in metrics.read_text().splitlines()]
+
+    whole = run(4, "whole", "--save-dir", str(tmp_path / "best"))
+    run(2, "first", "--checkpoint-every", "2", "--checkpoint-dir", str(tmp_path / "runs"))
+    resumed = run(4, "resumed", "--resume", str(tmp_path / "runs"))
+    assert {k: whole[0]["run"][k] for k in ("flax_api", "lstm_impl")} == {"flax_api": "nnx", "lstm_impl": "flax"}
+    losses = lambda records: {r["step"]: r["loss"] for r in records if "epoch" in r}  # noqa: E731
+    assert losses(resumed) == {k: v for k, v in losses(whole).items() if k > 2}  # the same numbers, bit for bit
+    probs = predict_probs(load_checkpoint(tmp_path / "best"), ["good great", "bad awful"])  # linen reads it
+    assert probs.shape == (2,) and np.all((probs > 0) & (probs < 1))

@@ -66,6 +66,16 @@ def test_unwritable_save_dir_is_one_line_before_training(tmp_path, tiny_cfg, cap
     assert "done:" not in captured.out
 
 
+@pytest.mark.parametrize("flags,message", [
+    (["--lstm-impl", "fused"], "--lstm-impl fused is JAX-only: PyTorch runs nn.LSTM (leave --lstm-impl auto)"),
+    (["--flax-api", "nnx"], "--flax-api nnx is JAX-only: PyTorch runs nn.LSTM (leave --flax-api linen)"),
+], ids=["lstm-impl", "flax-api"])
+def test_a_jax_only_flag_is_one_line_before_training(tiny_cfg, capsys, flags, message):
+    assert torch_train.main([*tiny_args(tiny_cfg), *flags]) == 2
+    captured = capsys.readouterr()
+    assert captured.err == f"error: {message}\n" and "done:" not in captured.out
+
+
 def test_the_tpu_is_a_config_error(tiny_cfg):
     with pytest.raises(ConfigError, match="tpu is not supported"):
         torch_train.train(tiny_cfg.replace(device="tpu"))

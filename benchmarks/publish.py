@@ -1,0 +1,176 @@
+"""Regenerate every figure the documentation quotes from the published runs: ``python -m benchmarks.publish
+[--check]`` (``make docs``).
+
+A figure block in README.md, docs/*.md or benchmarks/PERFORMANCE.md is
+
+    <!-- figures: docs/bench/<host>/<run> VIEW [ARG ...] -->
+    ...generated text...
+    <!-- /figures -->
+
+naming its source run (a directory under docs/bench holding results.json) and one of :data:`views.VIEWS`. This
+rewrites each block's body from its run, and each "where to look" link ``[path.py:N](path.py#LN)`` written beside a
+backticked name to the line that defines that name. ``--check`` writes nothing and exits 1, listing every stale
+block, every block whose source does not exist and every stale link. Marker replacement is a regular expression over
+HTML comments, a few dozen lines: a templating library would add a dependency and a syntax for no more than that.
+"""
+import argparse
+import re
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from benchmarks import views
+from benchmarks.hosts import BENCH, ROOT
+
+PROG = "python -m benchmarks.publish"
+BLOCK = re.compile(r"(?P<open><!-- figures: (?P<source>\S+) (?P<view>[\w-]+)(?P<args>(?: [^ >]+)*) -->\n)"
+                   r"(?P<body>.*?)(?P<close>\n?<!-- /figures -->)", re.DOTALL)
+LINK = re.compile(r"\[(?P<text>[^\]]*)\]\((?P<path>[\w./]+\.py)#L(?P<line>\d+)\)")
+NAME_AFTER = re.compile(r"\s*`(?P<name>[^`]+)`")
+NAME_BEFORE = re.compile(r"`(?P<name>[^`]+)`\s*\($")
+
+
+def pages() -> list[Path]:
+    """The pages that quote figures, relative to the repository."""
+    return [Path("README.md"), *sorted(p.relative_to(ROOT) for p in (ROOT / "docs").glob("*.md")),
+            Path("benchmarks/PERFORMANCE.md")]
+
+
+@dataclass(frozen=True)
+class Problem:
+    """Something ``--check`` reports: where, and what."""
+
+    page: Path
+    line: int
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.page}:{self.line}: {self.message}"
+
+
+def line_of(text: str, offset: int) -> int:
+    """The 1-based line of ``offset`` in ``text``."""
+    return text.count("\n", 0, offset) + 1
+
+
+def blocks(page: Path, text: str) -> tuple[str, list[Problem]]:
+    """``text`` with every figure block regenerated, and the blocks that were stale or name a missing source."""
+    problems: list[Problem] = []
+
+    def regenerate(m: re.Match) -> str:
+        where = line_of(text, m.start())
+        name = f"{m['source']} {m['view']}{m['args']}"
+        if m["view"] not in views.VIEWS:
+            problems.append(Problem(page, where, f"{name}: no such view (views: {', '.join(views.VIEWS)})"))
+            return m[0]
+        try:
+            run = views.load(Path(m["source"]), page)
+        except FileNotFoundError as e:
+            problems.append(Problem(page, where, f"{name}: its source does not exist ({e})"))
+            return m[0]
+        body = views.render(run, m["view"], m["args"].split())
+        if body != m["body"]:
+            problems.append(Problem(page, where, f"{name}: stale"))
+        return m["open"] + body + "\n<!-- /figures -->"
+
+    return BLOCK.sub(regenerate, text), problems
+
+
+def identifier(name: str) -> str:
+    """The last dotted part of a backticked name, without its call: ``jax.lax.stop_gradient(carry)`` gives
+    stop_gradient."""
+    return name.split("(", 1)[0].rsplit(".", 1)[-1]
+
+
+def definition(path: Path, name: str) -> int | None:
+    """The line of ``path`` that defines ``name`` (a ``def``, a ``class`` or a top-level assignment) where exactly one
+    does, else None."""
+    pattern = re.compile(rf"^\s*(?:async\s+)?(?:def|class)\s+{re.escape(name)}\b|^{re.escape(name)}\s*[:=]")
+    found = [i for i, x in enumerate((ROOT / path).read_text(encoding="utf-8").splitlines(), 1) if pattern.match(x)]
+    return found[0] if len(found) == 1 else None
+
+
+def code_links(text: str) -> list[tuple[re.Match, str | None]]:
+    """Each ``path.py#LN`` link in ``text`` with the backticked name it is written beside (after it, or before it
+    with the link in parentheses), or None."""
+    out = []
+    for m in LINK.finditer(text):
+        after, before = NAME_AFTER.match(text, m.end()), NAME_BEFORE.search(text, 0, m.start())
+        out.append((m, after["name"] if after else before["name"] if before else None))
+    return out
+
+
+def links(page: Path, text: str) -> tuple[str, list[Problem]]:
+    """``text`` with each code link beside a bare name moved to the line defining that name, and the links that
+    moved."""
+    problems, edits = [], []
+    for m, name in code_links(text):
+        line = int(m["line"])
+        # A bare name means its definition; a call, ``name(args)``, the line that makes it (checked, not moved).
+        found = name and "(" not in name and (ROOT / m["path"]).is_file() and definition(Path(m["path"]), name
+                                                                                          .rsplit(".", 1)[-1])
+        if found and found != line:
+            problems.append(Problem(page, line_of(text, m.start()), f"{m['path']}#L{line}: `{name}` is defined at "
+                                    f"line {found}"))
+            shown = m["text"].replace(f":{line}", f":{found}")
+            edits.append((m.start(), m.end(), f"[{shown}]({m['path']}#L{found})"))
+    for start, end, new in reversed(edits):
+        text = text[:start] + new + text[end:]
+    return text, problems
+
+
+def index() -> str:
+    """docs/bench/README.md: every published run, by host, with its date and command."""
+    out = ["# Published bench runs", "", *views.wrap(
+        "Written by `python -m benchmarks.publish` (`make docs`): one folder per host (CPU model, vector width, CPU "
+        "count: `benchmarks/hosts.py`) and run, each with the run's `results.json` (its command and environment), "
+        "`results.md` and charts. The pages quote them through generated blocks; `default` is the latest default run "
+        "of the host it is under.")]
+    for host in sorted((p for p in BENCH.iterdir() if p.is_dir()), key=lambda p: p.name):
+        out += ["", f"## {host.name}", ""] + ([f"[lscpu.txt]({host.name}/lscpu.txt)", ""]
+                                              if (host / "lscpu.txt").is_file() else [])
+        for run in sorted((p for p in host.iterdir() if p.is_dir()), key=lambda p: p.name):
+            doc = views.load(run.relative_to(ROOT), Path("docs/bench/README.md")).doc
+            when = doc["environment"]["date"][:16].replace("T", " ") + " UTC" if "environment" in doc else "–"
+            command = f"`python {' '.join(doc['command'])}`" if "command" in doc else "`python -m benchmarks.loop_cost`"
+            report = next(f for f in ("results.md", *views.RESULTS) if (run / f).is_file())
+            out += views.wrap(f"[{run.name}]({host.name}/{run.name}/{report}), {when}: {command}", bullet=True)
+        out += [f"- [{f.name}]({host.name}/{f.name})" for f in sorted(host.glob("*.md"))]
+    return "\n".join(out) + "\n"
+
+
+def publish(check: bool) -> list[Problem]:
+    """Regenerate every page (unless ``check``); the problems found, each a stale block or link or a missing
+    source."""
+    problems = []
+    for page in pages():
+        old = (ROOT / page).read_text(encoding="utf-8")
+        new, found = blocks(page, old)
+        new, moved = links(page, new)
+        problems += found + moved
+        if not check and new != old:
+            (ROOT / page).write_text(new, encoding="utf-8")
+    listing, written = index(), BENCH / "README.md"
+    if not written.is_file() or written.read_text(encoding="utf-8") != listing:
+        problems.append(Problem(written.relative_to(ROOT), 1, "stale: the index of published runs"))
+        if not check:
+            written.write_text(listing, encoding="utf-8")
+    return problems
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0])
+    parser.add_argument("--check", action="store_true", help="write nothing; exit 1 listing what is stale")
+    args = parser.parse_args(argv)
+    problems = publish(args.check)
+    for p in problems:
+        print(p, file=sys.stderr if args.check else sys.stdout)
+    missing = [p for p in problems if "stale" not in p.message and "defined at" not in p.message]
+    if args.check and problems:
+        print(f"{len(problems)} stale or broken; run {PROG} (make docs)", file=sys.stderr)
+        return 1
+    return 1 if missing else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

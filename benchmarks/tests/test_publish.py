@@ -1,0 +1,184 @@
+"""The documentation's figures come from the published runs: every generated block is current and names a run that
+exists, no speed figure is typed outside a block in README.md or docs/*.md, and PERFORMANCE.md's hand-written figures
+sit in its dated log, each entry naming sources that exist. Also the views themselves, on the published runs."""
+import copy
+import re
+from pathlib import Path
+
+import pytest
+
+from benchmarks import publish, render, views
+from benchmarks.hosts import BENCH, ROOT
+
+# A speed figure: a ratio (1.70×), an interval ([1.61–1.95]) or a run's length in seconds (536 s).
+FIGURE = re.compile(r"\d+\.\d+×|\[\d+\.\d+–\d+\.\d+\]|\b\d{3,4}(?:\.\d+)? s\b")
+# Not a measurement: a bound or target (≥ 1.5×), or a limit the code sets (default 480 s, at most 120 s).
+NOT_MEASURED = re.compile(r"(?:[≥≤<>] |(?:default|at most|under|within) )$")
+# Figures the pattern finds that are no benchmark's, each with why it may stay typed by hand.
+ALLOWED = {("docs/training.md", "1355 s"): "an 8-epoch training's length, measured by the command quoted beside it"}
+KERNEL_AVX2 = Path("docs/bench/amd-epyc-avx2-2cpu/2026-12-07-default-2")
+SWEEP_AVX2 = Path("docs/bench/amd-epyc-avx2-2cpu/2026-12-07-kernel-sweep-seq-len")
+DTYPE_INTEL = Path("docs/bench/intel-xeon-avx512-2cpu/2026-12-05-sweep-dtype")
+
+
+def outside_blocks(text: str) -> str:
+    """``text`` with every generated block's body blanked (its lines kept, so line numbers still count)."""
+    return publish.BLOCK.sub(lambda m: m["open"] + re.sub(r"[^\n]", "", m["body"]) + m["close"], text)
+
+
+def hand_figures(text: str) -> list[str]:
+    """``line: figure`` for each speed figure in ``text`` outside the generated blocks."""
+    text = outside_blocks(text)
+    return [f"{publish.line_of(text, m.start())}: {m[0]}" for m in FIGURE.finditer(text)
+            if not NOT_MEASURED.search(text[max(0, m.start() - 10):m.start()])]
+
+
+def test_the_figure_scan_finds_ratios_intervals_and_run_times_but_not_bounds_or_blocks():
+    text = ("trains at 1.70× [1.61–1.95]; the run took 536 s.\nTarget: ≥ 1.5×; a budget of default 480 s.\n"
+            "<!-- figures: docs/bench/x/y headline -->\nhere 1.80× is generated\n<!-- /figures -->\nabout 4× in 2 s")
+    assert hand_figures(text) == ["1: 1.70×", "1: [1.61–1.95]", "1: 536 s"]
+
+
+def test_no_figure_block_is_stale_against_its_results_file():
+    stale = [str(p) for p in publish.publish(check=True) if p.message.endswith("stale") or "index" in p.message]
+    assert not stale, "run python -m benchmarks.publish (make docs):\n" + "\n".join(stale)
+
+
+def test_every_figure_block_names_a_source_that_exists_and_a_view():
+    broken = [str(p) for p in publish.publish(check=True) if "does not exist" in p.message or "no such view"
+              in p.message]
+    assert not broken, "\n".join(broken)
+    # The README quotes the latest default run of this project's current host, and names it.
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert "<!-- figures: docs/bench/amd-epyc-avx2-2cpu/default headline -->\nHost `amd-epyc-avx2-2cpu`" in readme
+
+
+@pytest.mark.parametrize("page", [p for p in publish.pages() if p.name != "PERFORMANCE.md"], ids=str)
+def test_speed_figures_in_readme_and_docs_appear_only_inside_generated_blocks(page: Path):
+    found = [x for x in hand_figures((ROOT / page).read_text(encoding="utf-8"))
+             if (str(page), x.split(": ", 1)[1]) not in ALLOWED]
+    assert not found, f"{page}: figures typed by hand (quote them through a block, or log them in PERFORMANCE.md):\n" \
+        + "\n".join(found)
+
+
+def test_performance_md_keeps_hand_written_figures_to_its_dated_log():
+    text = (ROOT / "benchmarks/PERFORMANCE.md").read_text(encoding="utf-8")
+    reference = text.split("\n## Log\n", 1)[0]
+    assert not hand_figures(reference)
+    assert "1.36×" not in outside_blocks(reference)  # the fused study's headline, against an unflushed PyTorch
+
+
+def log_entries() -> list[tuple[str, str]]:
+    """PERFORMANCE.md's log: ``(heading, body)`` per ``###`` entry."""
+    log = (ROOT / "benchmarks/PERFORMANCE.md").read_text(encoding="utf-8").split("\n## Log\n", 1)[1]
+    return [tuple(x.split("\n", 1)) for x in re.split(r"^### ", log, flags=re.MULTILINE)[1:]]
+
+
+def exists(source: str) -> bool:
+    """Whether a log entry's source is there: a path, ``python -m MODULE ...``, ``python FILE ...``, ``make TARGET``."""
+    words = source.split()
+    if words[0] == "make":
+        return re.search(rf"^{re.escape(words[1])}:", (ROOT / "Makefile").read_text(encoding="utf-8"), re.M) is not None
+    if words[0] == "python":
+        path = words[2].replace(".", "/") + ".py" if words[1] == "-m" else words[1]
+        return (ROOT / path).is_file()
+    return (ROOT / source).exists()
+
+
+@pytest.mark.parametrize("heading, body", log_entries(), ids=lambda v: v[:60])
+def test_each_log_entry_is_headed_by_date_and_host_and_names_sources_that_exist(heading, body):
+    m = re.match(r"(\d{4}-\d\d-\d\d)(?: to \d{4}-\d\d-\d\d)?, (?P<hosts>[\w-]+(?: and [\w-]+)*): \S", heading)
+    assert m, f"{heading!r}: not 'DATE, HOST: what'"
+    for host in m["hosts"].split(" and "):
+        assert (BENCH / host).is_dir(), f"{heading!r}: no host {host} under docs/bench"
+    sources = re.search(r"^\*Sources:\*(.*?)(?:\n\n|\Z)", body, re.MULTILINE | re.DOTALL)
+    assert sources, f"{heading!r}: no *Sources:* paragraph"
+    named = re.findall(r"`([^`]+)`", sources[1].replace("\n", " "))
+    assert named and all(exists(s) for s in named), [s for s in named if not exists(s)]
+
+
+def test_the_log_holds_every_investigation_newest_first():
+    dates = [h[:10] for h, _ in log_entries()]
+    assert dates == sorted(dates, reverse=True) and len(dates) == 11
+
+
+def test_a_block_is_filled_from_its_run_and_names_its_host_and_run():
+    page = Path("docs/example.md")
+    text, problems = publish.blocks(page, f"x\n<!-- figures: {KERNEL_AVX2} headline -->\n<!-- /figures -->\ny\n")
+    assert [p.message for p in problems] == [f"{KERNEL_AVX2} headline: stale"]
+    first = " ".join(text.split("\n\n")[0].split("\n")[2:])  # the provenance, its lines joined
+    assert first == ("Host `amd-epyc-avx2-2cpu` (AMD EPYC, AVX2, 2 CPUs), run [`2026-12-07-default-2`]"
+                     "(bench/amd-epyc-avx2-2cpu/2026-12-07-default-2/results.md), 2026-12-07 10:15 UTC:")
+    assert "- JAX with a custom kernel against stock PyTorch: our recurrence kernel as `jax_impl.train`'s default " \
+        "(`jax:jit`) trains at 1.80× [1.55–1.91]" in text.replace("\n  ", " ")
+    again, problems = publish.blocks(page, text)
+    assert again == text and problems == []
+
+
+def test_a_block_whose_run_is_missing_or_whose_body_was_edited_is_reported():
+    page = Path("README.md")
+    _, missing = publish.blocks(page, "<!-- figures: docs/bench/nowhere/run headline -->\n<!-- /figures -->\n")
+    assert "its source does not exist" in missing[0].message
+    text, _ = publish.blocks(page, f"<!-- figures: {KERNEL_AVX2} parity -->\n<!-- /figures -->\n")
+    _, edited = publish.blocks(page, text.replace("1.2e-07", "1.0e-07"))
+    assert [p.message for p in edited] == [f"{KERNEL_AVX2} parity: stale"]
+
+
+def test_the_flops_view_splits_the_kernels_lead_into_algorithm_and_code():
+    lines = re.sub(r"\s+", " ", " ".join(views.flops(views.load(KERNEL_AVX2, Path("README.md")), ["jax:jit"])))
+    # 71.76 / 49.17 = 1.46 by FLOPs; trained at 1.80×: 1.80 / 1.46 = 1.23 per FLOP.
+    assert ("a training step executes 49.17 GFLOP against `torch:eager`'s 71.76, 1.46× by FLOPs alone; it trains at "
+            "1.80×, so its code runs 1.23× as fast per FLOP") in lines
+
+
+def test_the_sweep_view_reads_each_point_as_the_runs_report_does():
+    table = views.sweep(views.load(SWEEP_AVX2, Path("README.md")), ["seq_len"])
+    assert table[0] == ("| seq_len | torch:eager ms | jax:fused ms | jax:fused train / eval | jax:kernel ms | "
+                        "jax:kernel train / eval |")
+    # The values PERFORMANCE.md's log typed by hand for T 800, now read from the run.
+    assert table[-1] == ("| 800 | 3584.4 | 2602.2 | 1.41× [0.92–1.69] / 1.16× [0.88–1.46] | 1947.9 | "
+                         "1.81× [1.72–2.01] / 1.47× [1.08–1.64] |")
+
+
+def test_the_dtype_view_draws_the_same_speedups_as_the_runs_report():
+    doc = views.load(DTYPE_INTEL, Path("README.md")).doc
+    mine = [f"{name} {kind}: float32 ms / bfloat16 ms = {x:.2f}× [{lo:.2f}–{hi:.2f}] (unpaired: two sessions)"
+            for (name, kind), (x, lo, hi) in views.bfloat16_speedups(doc).items()]
+    assert mine == render.dtype_costs(doc)
+    assert mine[0] == "torch:eager train: float32 ms / bfloat16 ms = 2.08× [2.00–2.46] (unpaired: two sessions)"
+
+
+def test_the_views_render_whatever_rows_a_run_has():
+    run = views.load(KERNEL_AVX2, Path("README.md"))
+    doc = copy.deepcopy(run.doc)
+    doc["results"] = [r for r in doc["results"] if r["variant"] != "onednn"]  # a row missing
+    nnx = [dict(copy.deepcopy(r), variant="nnx") for r in doc["results"] if r["variant"] == "flax"]
+    doc["results"] += nnx  # a row no view names
+    doc["comparisons"] += [dict(c, variant="jax:nnx") for c in doc["comparisons"] if c["variant"] == "jax:flax"]
+    doc["headline"] = doc["headline"][:1]
+    run = views.Run(run.path, doc, run.page)
+    for view in views.VIEWS:
+        if view not in ("sweep", "dtype", "lm", "loop-cost", "walls"):
+            views.render(run, view, [])
+    table = "\n".join(views.speed_table(run, []))
+    assert "`jax:nnx`" in table and "`jax:onednn`" not in table
+    assert views.flops(run, ["jax:onednn"]) == []
+
+
+def test_every_link_a_block_writes_points_at_a_file_that_exists():
+    checked = 0
+    for page in publish.pages():
+        for block in publish.BLOCK.finditer((ROOT / page).read_text(encoding="utf-8")):
+            for target in re.findall(r"\]\(([^)#]+)\)", block["body"]):
+                assert (ROOT / page.parent / target).is_file(), f"{page}: {target}"
+                checked += 1
+    assert checked == sum(len(list(publish.BLOCK.finditer((ROOT / p).read_text(encoding="utf-8"))))
+                          for p in publish.pages())  # one provenance link a block
+
+
+def test_the_stages_view_sums_each_stage_and_leaves_the_rest_to_the_parent():
+    before = views.load(Path("docs/bench/amd-epyc-avx2-2cpu/2026-12-07-default-before-cuts"), Path("README.md"))
+    table = views.stages(before, [])
+    # stage_wall_s of that run: load 86.6 s, 14 set-ups 129.6 s, rounds 223.1 s, 6 parity runs 96.2 s, gemm 5.6 s
+    assert table[2:7] == ["| load | 87 |", "| setup | 130 |", "| rounds | 223 |", "| parity | 96 |", "| gemm | 6 |"]
+    assert table[-1] == "| **all** (`run_wall_s`) | **543** |"
