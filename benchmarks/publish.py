@@ -13,7 +13,6 @@ backticked name to the line that defines that name. ``--check`` writes nothing a
 block, every block whose source does not exist and every stale link. Marker replacement is a regular expression over
 HTML comments, a few dozen lines: a templating library would add a dependency and a syntax for no more than that.
 """
-import argparse
 import re
 import sys
 from dataclasses import dataclass
@@ -21,6 +20,8 @@ from pathlib import Path
 
 from benchmarks import views
 from benchmarks.hosts import BENCH, ROOT
+from common.config import Parser
+from common.errors import cli_main
 
 PROG = "python -m benchmarks.publish"
 BLOCK = re.compile(r"(?P<open><!-- figures: (?P<source>\S+) (?P<view>[\w-]+)(?P<args>(?: [^ >]+)*) -->\n)"
@@ -158,8 +159,9 @@ def publish(check: bool) -> list[Problem]:
     return problems
 
 
+@cli_main
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0])
+    parser = Parser(prog=PROG, description=__doc__.split("\n\n")[0])  # a bad flag: one line, exit 2
     parser.add_argument("--check", action="store_true", help="write nothing; exit 1 listing what is stale")
     args = parser.parse_args(argv)
     problems = publish(args.check)

@@ -182,3 +182,9 @@ def test_the_stages_view_sums_each_stage_and_leaves_the_rest_to_the_parent():
     # stage_wall_s of that run: load 86.6 s, 14 set-ups 129.6 s, rounds 223.1 s, 6 parity runs 96.2 s, gemm 5.6 s
     assert table[2:7] == ["| load | 87 |", "| setup | 130 |", "| rounds | 223 |", "| parity | 96 |", "| gemm | 6 |"]
     assert table[-1] == "| **all** (`run_wall_s`) | **543** |"
+
+
+def test_a_bad_flag_is_one_line_and_exit_2(capsys):
+    assert publish.main(["--bogus"]) == 2
+    err = capsys.readouterr().err
+    assert err == "error: python -m benchmarks.publish: unrecognized arguments: --bogus\n"
