@@ -1,8 +1,9 @@
 """The paired, interleaved rounds that take every speed figure, and what a worker's reply means.
 
 Each speed entry (a variant at a configuration and replicate: the base run, a sweep point, a device count) gets its
-own worker process (one per torch rank: :class:`Member`) that builds, compiles and warms the twin once: every worker
-loads its data and twin at once, then each is set up (compiled, warmed) in turn. Then, round after round and for each
+own worker process (one per torch rank: :class:`Member`) that builds, compiles and warms the twin once: the workers
+load their data and twin as many at a time as there are usable cores, then each is set up (compiled, warmed) in turn,
+a variant's replicates sharing one compile cache (:func:`compile_cache`). Then, round after round and for each
 step kind, the entries time their steps in turn, the order rotated by one place each round; an entry's round time is
 the median of its steps there. Each round records the load from other processes (``busy``: above half the usable
 cores). Every reply, from set-up to the GEMM peak (and convergence mode's whole trainings), is read by
@@ -128,9 +129,10 @@ def run(entries: list[Entry], plan: Plan, device: str, progress: bool = True) ->
     with tempfile.TemporaryDirectory(prefix="bench-") as work, \
             tqdm(total=len(entries) + plan.rounds, unit="stage", file=sys.stderr, disable=not progress) as bar:
         try:
-            # The workers load (imports, corpus, vocabulary, the part-timed step's functions: nothing timed or
-            # reported) as many at a time as there are usable cores, most of that work being single-threaded: more at
-            # once only thrash. Once all have loaded, compiling and all timing run one worker at a time.
+            # The workers load (imports, corpus, vocabulary, the part-timed step's functions, the parity twin's step:
+            # nothing timed or reported) as many at a time as there are usable cores, most of that work being
+            # single-threaded: more at once only thrash. Once all have loaded, compiling and all timing run one worker
+            # at a time.
             bar.set_description("load")
             clock = time.perf_counter()
             loaded = _load(entries, members, plan, device, Path(work))
@@ -180,11 +182,6 @@ def run(entries: list[Entry], plan: Plan, device: str, progress: bool = True) ->
 def parity_dtypes(e: Entry) -> list[str | None]:
     """The dtypes of ``e``'s parity runs: its own (None), and its reference's where it has one."""
     return [None, e.parity_reference] if e.parity_reference else [None]
-
-
-def parity_key(e: Entry, dtype: str | None) -> str:
-    """Where a parity run's losses go in :attr:`Session.parity`: the label, and the dtype of a reference run."""
-    return e.label + (f" {dtype}" if dtype else "")
 
 
 def _load(entries: list[Entry], members: dict[str, Member], plan: Plan, device: str, work: Path) -> dict[str, dict]:
@@ -247,7 +244,8 @@ def _parity_and_peak(ok: list[Member], plan: Plan, out: Session) -> None:
         for dtype in parity_dtypes(m.entry):
             reply = m.request({"op": "parity", "n": plan.parity_steps, "dtype": dtype})
             status, message = outcome(reply)
-            out.parity[parity_key(m.entry, dtype)] = reply["losses"] if status == "ok" else message
+            key = m.entry.label + (f" {dtype}" if dtype else "")
+            out.parity[key] = reply["losses"] if status == "ok" else message
         clock = _lap(out.wall_s, f"parity {m.entry.label}", clock)
     for framework in dict.fromkeys(m.entry.framework for m in ok) if plan.gemm_n else ():  # one worker per library
         reply = next(m for m in ok if m.entry.framework == framework).request({"op": "gemm", "n": plan.gemm_n})

@@ -94,7 +94,7 @@ class Bench:
         return twin, state, train_steps(twin, state, self.data.train, cfg)
 
     def load(self, msg: dict) -> dict:
-        """The data and the twin, nothing timed: the harness has every worker load at once."""
+        """The data and the twin, nothing timed: the harness has the workers load side by side (its load lanes)."""
         cfg = Config(**msg["config"])
         # The trainer's set-up first, as the trainers enter it: a variant it refuses is refused before the corpus
         # is read (the bench passes no --init-from, so loading cannot change the Config it was given).
