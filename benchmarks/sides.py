@@ -252,20 +252,18 @@ class JaxSide:
         return {}
 
     def train_step_parts(self, twin, state, carry, batch) -> tuple[Any, Any, float, dict[str, float]]:
-        """The twin's training step as three jitted functions of :mod:`jax_impl.step`, each waited for: ``forward``
-        (``make_loss_fn``'s loss), ``backward`` (the loss and its gradient, less the forward's time) and
-        ``optimizer`` (``make_update``). Together they compute the twin's step; XLA fuses the whole step across the
-        parts, so their times add up to a little more than the step's."""
-        jax, step = self.jax, self.step_module
+        """The twin's training step as three jitted functions (:meth:`part_functions`), each waited for: ``forward``
+        (the loss), ``backward`` (the loss and its gradient, less the forward's time) and ``optimizer`` (the update).
+        Together they compute the twin's step; XLA fuses the whole step across the parts, so their times add up to a
+        little more than the step's."""
+        jax = self.jax
         if self.parts is None:  # compiled in their first call
-            loss_fn = (self.lm_step.make_lm_loss_fn if twin.lm else step.make_loss_fn)(twin.model, twin.cfg)
-            self.parts = (jax.jit(loss_fn), jax.jit(jax.value_and_grad(loss_fn, has_aux=True)),
-                          jax.jit(step.make_update(twin.cfg)))
+            self.parts = self.part_functions(twin)
         loss_of, grads_of, update = self.parts
         device_batch, key = self.to_device(twin, batch), jax.random.fold_in(twin.key, state.step)
         clock = Clock(jax.block_until_ready)  # the device sync is the wait
-        forward = clock.lap(loss_of(state.params, carry, device_batch, key))
-        (loss, new_carry), grads = out = grads_of(state.params, carry, device_batch, key)
+        forward = clock.lap(loss_of(state, carry, device_batch, key))
+        (loss, new_carry), grads = out = grads_of(state, carry, device_batch, key)
         backward = clock.lap(out) - forward
         state, carry, metrics = out = update(state, grads, loss, carry, new_carry)
         parts = {"forward": forward, "backward": backward, "optimizer": clock.lap(out)}
@@ -273,6 +271,16 @@ class JaxSide:
             parts["decoder"] = self.decoder_part(twin, state, device_batch, clock)
         loss, finite = jax.device_get((metrics.loss, metrics.finite))
         return state, carry, float(loss) if finite else math.nan, parts
+
+    def part_functions(self, twin) -> tuple[Callable, Callable, Callable]:
+        """:meth:`train_step_parts`'s jitted ``loss_of(state, carry, batch, key)``, ``grads_of`` (the same, with the
+        gradient) and ``update(state, grads, loss, carry, new_carry) -> (state, carry, metrics)``, from
+        :mod:`jax_impl.step` (``make_loss_fn``, ``make_update``)."""
+        jax, step = self.jax, self.step_module
+        loss_fn = (self.lm_step.make_lm_loss_fn if twin.lm else step.make_loss_fn)(twin.model, twin.cfg)
+        loss_of, grads_of = jax.jit(loss_fn), jax.jit(jax.value_and_grad(loss_fn, has_aux=True))
+        return (lambda state, *rest: loss_of(state.params, *rest), lambda state, *rest: grads_of(state.params, *rest),
+                jax.jit(step.make_update(twin.cfg)))
 
     def decoder_part(self, twin, state, window: dict, clock: Clock) -> float:
         """Seconds of the language model's decoder and loss alone, forward and backward, on ``window``'s shapes, one
@@ -348,26 +356,20 @@ class NnxSide(JaxSide):
         copy = self.nnx_step.TrainState(self.nnx.clone(state.model), self.nnx.clone(state.optimizer))
         super().compile_parts(twin, copy, batch)
 
-    def train_step_parts(self, twin, state, carry, batch) -> tuple[Any, Any, float, dict[str, float]]:
-        """The twin's training step as three ``nnx.jit`` functions of :mod:`jax_impl.nnx_step`, each waited for, as the
-        linen twin's (:meth:`JaxSide.train_step_parts`): ``forward`` (``make_loss_fn``'s loss), ``backward`` (the loss
-        and ``nnx.value_and_grad``'s gradient, less the forward's time) and ``optimizer`` (``make_update``, which
-        updates the model and the optimizer in place)."""
-        jax, nnx = self.jax, self.nnx
-        if self.parts is None:  # compiled in their first call
-            loss_fn = self.nnx_step.make_loss_fn(twin.cfg)
-            self.parts = (nnx.jit(loss_fn), nnx.jit(nnx.value_and_grad(loss_fn, has_aux=True)),
-                          nnx.jit(self.nnx_step.make_update(twin.cfg)))
-        loss_of, grads_of, update = self.parts
-        device_batch, key = self.to_device(twin, batch), jax.random.fold_in(twin.key, state.step)
-        clock = Clock(jax.block_until_ready)  # the device sync is the wait
-        forward = clock.lap(loss_of(state.model, carry, device_batch, key))
-        (loss, new_carry), grads = out = grads_of(state.model, carry, device_batch, key)
-        backward = clock.lap(out) - forward
-        carry, metrics = out = update(state.model, state.optimizer, grads, loss, carry, new_carry)
-        parts = {"forward": forward, "backward": backward, "optimizer": clock.lap(out)}
-        loss, finite = jax.device_get((metrics.loss, metrics.finite))
-        return state, carry, float(loss) if finite else math.nan, parts
+    def part_functions(self, twin) -> tuple[Callable, Callable, Callable]:
+        """:meth:`JaxSide.part_functions` as three ``nnx.jit`` functions of :mod:`jax_impl.nnx_step`: the loss and
+        ``nnx.value_and_grad``'s gradient of the model, and ``make_update``, which updates the model and the optimizer
+        in place (so the state it returns is the one it was given)."""
+        nnx = self.nnx
+        loss_fn = self.nnx_step.make_loss_fn(twin.cfg)
+        loss_of, grads_of = nnx.jit(loss_fn), nnx.jit(nnx.value_and_grad(loss_fn, has_aux=True))
+        update_in_place = nnx.jit(self.nnx_step.make_update(twin.cfg))
+
+        def update(state, grads, loss, carry, new_carry):
+            return state, *update_in_place(state.model, state.optimizer, grads, loss, carry, new_carry)
+
+        return (lambda state, *rest: loss_of(state.model, *rest), lambda state, *rest: grads_of(state.model, *rest),
+                update)
 
     def overheads(self, bench) -> dict:
         """What ``nnx.jit``'s graph traversal costs a call on this twin's model and optimizer, measured apart from the

@@ -25,7 +25,7 @@ from benchmarks.tables import fmt, kernel, label, ms, parity_cell, ratio_cell, t
 WIDTH = 120
 RESULTS = ("results.json", "loop_cost.json")  # what a run directory may hold, in this order
 # Names a reader types: variants, PyTorch's and Flax's modules, our trainers.
-CODE = re.compile(r"(?<![\w`.])((?:torch|jax):[\w-]+|nnx?\.\w+(?:\.\w+)?|jax_impl\.\w+)")
+CODE = re.compile(r"(?<![\w`.])((?:torch|jax):[\w-]+|nnx?\.\w+|jax_impl\.\w+)")
 
 
 @dataclass(frozen=True)

@@ -119,10 +119,6 @@ class Bench:
             self.side.compile(twin, state, "train", self.first)
         return {"loaded": True}
 
-    def batch_of(self, kind: str) -> Any:
-        """A batch of the shapes a step of ``kind`` ("eval" or "train") is compiled for."""
-        return self.eval[0] if kind == "eval" else self.first
-
     def eval_stream(self) -> Iterator[Any]:
         """The evaluation batches over and over, as :func:`common.loop.evaluate` steps through a split: a zero
         ``eval_carry`` at each pass's start, then the one the previous step returned (the LM's carry goes on from
@@ -142,7 +138,7 @@ class Bench:
             if kind == "parts":  # compiled, and stepped once, while loading: the warm-up
                 self.steps("parts", msg["warmup"])
                 continue
-            phase = self.side.compile(self.twin, self.state, kind, self.batch_of(kind))
+            phase = self.side.compile(self.twin, self.state, kind, self.eval[0] if kind == "eval" else self.first)
             hlo = phase.pop("hlo", None)
             phase["first_step_s"] = self.steps(kind, 1)[0]
             if self.cfg.torch_compile:
