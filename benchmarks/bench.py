@@ -29,7 +29,7 @@ from common import interrupts  # noqa: E402
 interrupts.exit_on_ctrl_c(__name__)  # first: Ctrl-C while the imports below load is one line and exit 130
 
 from benchmarks import convergence, crossrun, harness, plan, plots, processes, render, results, schema  # noqa: E402
-from common.config import (Config, config_from_namespace, field_names, flag, make_parser,  # noqa: E402
+from common.config import (INT64_MAX, Config, config_from_namespace, field_names, flag, make_parser,  # noqa: E402
                            parse_with_workload)
 from common.errors import ConfigError, cli_main  # noqa: E402
 from common.files import Output, check_outputs  # noqa: E402
@@ -87,7 +87,7 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--frameworks", default=None, help="comma list of twins to run: torch, jax (default: installed)")
     b.add_argument("--variants", default="default", help="'default', 'all', or a comma list of framework:variant "
                    f"({', '.join(v.label for v in plan.VARIANTS)})")
-    for name, text in (("rounds", f"paired rounds per step kind (>= {MIN_ROUNDS} unless --quick)"),
+    for name, text in (("rounds", f"paired rounds per step kind (>= {MIN_ROUNDS}; >= 1 under --quick)"),
                        ("replicates", "worker processes per variant, each with its own start and compile"),
                        ("steps", "training steps per process and round"), ("warmup", "untimed steps after the first"),
                        ("eval_steps", "evaluation steps per process and round"),
@@ -132,9 +132,11 @@ def base_config(ns: argparse.Namespace) -> Config:
 def settings_from(ns: argparse.Namespace, cfg: Config) -> dict:
     counts = QUICK if ns.quick else FULL if ns.full else LM_DEFAULTS if cfg.workload == "lm" else DEFAULTS
     s = {k: getattr(ns, k) if getattr(ns, k) is not None else counts[k] for k in DEFAULTS}
-    if s["rounds"] < (1 if ns.quick else MIN_ROUNDS):
-        raise ConfigError(f"--rounds must be >= {MIN_ROUNDS} for an interval over paired rounds, got {s['rounds']} "
-                          "(--quick allows fewer)")
+    if ns.quick and s["rounds"] < 1:
+        raise ConfigError(f"--rounds must be >= 1 under --quick (a smoke run), got {s['rounds']}")
+    if not ns.quick and s["rounds"] < MIN_ROUNDS:
+        raise ConfigError(f"--rounds must be >= {MIN_ROUNDS} for an interval over paired rounds (>= 1 under --quick, "
+                          f"a smoke run), got {s['rounds']}")
     for name, low in (("steps", 1), ("eval_steps", 1), ("warmup", 0), ("parity_steps", 0), ("parts_steps", 0),
                       ("replicates", 1)):
         if s[name] < low:
@@ -147,8 +149,11 @@ def settings_from(ns: argparse.Namespace, cfg: Config) -> dict:
         raise ConfigError(f"--timeout must be a finite number of seconds > 0, got {ns.timeout}")
     sweeps = [plan.parse_sweep(x, cfg) for x in ns.sweep]
     if ns.device_counts is not None:  # data-parallel scaling is a sweep of --devices
-        sweeps.append(plan.Sweep("devices", tuple(sorted(plan.int_list(ns.device_counts, "--device-counts", 1,
-                                                                       "positive")))))
+        sweeps.append(plan.Sweep("devices", tuple(sorted(plan.int_list(ns.device_counts, "--device-counts", 1)))))
+    for given, sweep in zip([*(f"--sweep {x}" for x in ns.sweep), "--device-counts"], sweeps):
+        if sweep.field == "devices" and cfg.workload == "lm":
+            raise ConfigError(f"{given}: data-parallel scaling is the classifier's; the language model trains on one "
+                              f"device (its trainers refuse --devices and torchrun)")
     return {**s, "device": cfg.device, "timeout_s": ns.timeout, "quick": ns.quick, "sweeps": sweeps}
 
 
@@ -256,7 +261,7 @@ def main(argv: list[str] | None = None) -> int:
                           "curves of perplexity are python -m benchmarks.lm_convergence's: --workload lm runs in "
                           "--mode speed here")
     if ns.mode == "convergence":
-        seeds = plan.int_list(ns.seeds, "--seeds", 0, "non-negative")
+        seeds = plan.int_list(ns.seeds, "--seeds", 0, INT64_MAX)
         if not 0.0 < ns.target <= 1.0:
             raise ConfigError(f"--target is a validation accuracy in (0, 1], got {ns.target}")
         return convergence.main(cfg, frameworks, seeds, ns.target, output_dir(ns.out, ns.overwrite), ns.timeout,

@@ -9,13 +9,64 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from benchmarks import schema
+from benchmarks import hosts, schema
 from benchmarks.plan import BASELINE
 from benchmarks.stats import paired_ratio, round_means
 from benchmarks.tables import label, ms, table
-from common.config import Parser
+from common.config import Config, Parser, field_names
 from common.errors import ConfigError
 from common.files import Output, atomic_file, check_outputs
+
+WORKLOADS = {"classifier": "the classifier", "lm": "the language model"}
+# Config fields that do not change what a run times: where files go, how long a trainer would run, what it prints,
+# the seed of its weights (the shapes, hence the work, are the same for every seed).
+UNTIMED = (*field_names("files"), "epochs", "max_steps", "log_every", "progress", "seed")
+
+
+def configuration(doc: dict) -> dict:
+    """What a run timed: its base configuration less :data:`UNTIMED`, a field it predates read as the classifier's
+    default (the value every run before the field ran)."""
+    return {k: v for k, v in {**Config().to_dict(), **doc.get("base_config", {})}.items() if k not in UNTIMED}
+
+
+def machine(doc: dict, name: str) -> tuple:
+    """Where run ``name`` timed: the CPU model, its vector width (:func:`benchmarks.hosts.vector_isa`; None where
+    nothing says) and count, and the device it timed on."""
+    e = doc.get("environment", {})
+    try:
+        isa = hosts.vector_isa(e, schema.results_path(name).parent)
+    except hosts.UnknownHost:
+        isa = None
+    return e.get("cpu_model"), isa, e.get("cpu_count"), doc.get("settings", {}).get("device")
+
+
+def one_workload(docs: Sequence[dict], names: Sequence[str], command: str) -> None:
+    """Refuse, in one line, runs of different workloads: a language model's step and a classifier's do different
+    work, so no ratio between them means anything."""
+    kinds = [configuration(d)["workload"] for d in docs]
+    other = next((i for i, k in enumerate(kinds) if k != kinds[0]), None)
+    if other is not None:
+        raise ConfigError(f"{command}: {names[0]} is a run of {WORKLOADS.get(kinds[0], kinds[0])} and {names[other]} "
+                          f"one of {WORKLOADS.get(kinds[other], kinds[other])}: their steps do different work; "
+                          f"{command} needs runs of one workload")
+
+
+def one_configuration(docs: Sequence[dict], names: Sequence[str]) -> None:
+    """Refuse, in one line, runs of different workloads, configurations (:func:`configuration`) or machines: an
+    interval can only be expected to hold the median of runs measuring the same thing."""
+    one_workload(docs, names, "coverage")
+    first = configuration(docs[0])
+    for name, doc in zip(names[1:], docs[1:]):
+        differ = next((k for k, v in configuration(doc).items() if first.get(k) != v), None)
+        if differ is not None:
+            raise ConfigError(f"coverage: {names[0]} and {name} are runs of different configurations ({differ} "
+                              f"{first.get(differ)!r} and {configuration(doc)[differ]!r}); coverage needs runs of "
+                              f"one configuration on one machine")
+        if (theirs := machine(doc, name)) != (mine := machine(docs[0], names[0])):
+            said = [f"{cpu}, {isa or 'vector width unknown'}, {count} CPUs, device {device}"
+                    for cpu, isa, count, device in (mine, theirs)]
+            raise ConfigError(f"coverage: {names[0]} and {name} ran on different machines or devices ({said[0]}; "
+                              f"{said[1]}); coverage needs runs of one configuration on one machine")
 
 
 def rounds_only(doc: dict) -> dict:
@@ -133,6 +184,7 @@ def coverage_main(argv: list[str]) -> int:
     docs = [schema.read_run(x, "coverage") for x in ns.runs]
     if same := same_run(ns.runs, docs):  # a run against itself would hold its own median: coverage inflated
         raise ConfigError(f"coverage: {same[0]} and {same[1]} are one run ({same[2]}); coverage needs distinct runs")
+    one_configuration(docs, ns.runs)
     docs = [rounds_only(d) for d in docs] if ns.rounds_only else docs
     emit(lambda markdown: coverage(docs, ns.runs, markdown), ns.out)
     return 0
@@ -140,13 +192,14 @@ def coverage_main(argv: list[str]) -> int:
 
 def compare_main(argv: list[str]) -> int:
     """``bench.py compare RUN_A RUN_B [--out FILE.md [--overwrite]]``."""
-    parser = Parser(prog="benchmarks/bench.py compare", description="two benchmark runs side by side")
+    parser = Parser(prog="benchmarks/bench.py compare", description="two benchmark runs of one workload side by side")
     parser.add_argument("run_a", help="a results directory or its results.json")
     parser.add_argument("run_b")
     add_out(parser)
     ns = parser.parse_args(argv)
     report_output(ns.out, ns.overwrite, [ns.run_a, ns.run_b])
     a, b = schema.read_run(ns.run_a), schema.read_run(ns.run_b)
+    one_workload([a, b], [ns.run_a, ns.run_b], "compare")
     if same := same_run([ns.run_a, ns.run_b], [a, b]):  # allowed: a check of the tool itself
         print(f"note: compare: {same[0]} and {same[1]} are one run ({same[2]}): every ratio is 1.00× by "
               f"construction", file=sys.stderr)

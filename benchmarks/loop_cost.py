@@ -42,11 +42,17 @@ from jax import lax  # noqa: E402
 from benchmarks.stats import median_ci  # noqa: E402
 from benchmarks.views import loop_cost_lines  # noqa: E402
 from common.config import Parser  # noqa: E402
-from common.errors import cli_main  # noqa: E402
+from common.errors import ConfigError, cli_main  # noqa: E402
+from common.memory import available_bytes, human  # noqa: E402
 from jax_impl.recurrences import fused, kernel, native, onednn  # noqa: E402
 from jax_impl.numerics import PRECISION, dot  # noqa: E402
 
 PROG = "python -m benchmarks.loop_cost"
+# What a measurement holds at once, in float32 values: per step and batch row (T·B of them), arrays the size of the
+# gates (4H: the given gates, both frameworks' input projections, the gate math's temporaries; measured, the peak
+# resident memory grew by four gates' arrays from T·B·4H = 10^7 to 2·10^8) and the input, JAX's and PyTorch's (D
+# each); and the layer's weights, 4H·(H + D): JAX's, nn.LSTM's and its transposed copies.
+GATE_ARRAYS, INPUT_ARRAYS, WEIGHT_COPIES = 5, 2, 3
 # A pause after each framework's pieces: OpenMP's threads spin-wait for work after PyTorch's ops, which would take
 # the cores from XLA's pieces that follow.
 SETTLE_S = 0.05
@@ -171,6 +177,21 @@ def measure(rounds: int, b: int, t: int, h: int, d: int) -> dict:
     return out
 
 
+def needed_bytes(b: int, t: int, h: int, d: int) -> int:
+    """About the most memory a measurement at (B, T, H, D) holds at once: :data:`GATE_ARRAYS` and the rest."""
+    return 4 * (t * b * (GATE_ARRAYS * 4 * h + INPUT_ARRAYS * d) + WEIGHT_COPIES * 4 * h * (h + d))
+
+
+def check_fits(b: int, t: int, h: int, d: int) -> None:
+    """Refuse, as one :class:`ConfigError`, sizes whose arrays would not fit in the memory this process can have
+    (:func:`common.memory.available_bytes`): beyond it PyTorch's allocator raises and XLA aborts the process."""
+    need, have = needed_bytes(b, t, h, d), available_bytes()
+    if need > have:
+        raise ConfigError(f"--batch {b}, --steps {t}, --hidden {h} and --input {d} need about {human(need)} of memory "
+                          f"(the gates, inputs and projections of T·B steps in both frameworks, and the weights), more "
+                          f"than the {human(have)} this process can have; make the largest of them smaller")
+
+
 def render(doc: dict) -> str:
     """The report of a measurement, in the lines the docs quote it by (:func:`benchmarks.views.loop_cost_lines`)."""
     return "\n".join(loop_cost_lines(doc))
@@ -188,6 +209,7 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     if min(args.rounds, args.batch, args.steps, args.hidden, args.input) < 1:
         parser.error("--rounds, --batch, --steps, --hidden and --input must be positive")
+    check_fits(args.batch, args.steps, args.hidden, args.input)
     if args.out:  # before the minutes of measuring
         check_outputs([Output("--out", args.out, directory=False, contents="the figures")], args.overwrite)
     doc = measure(args.rounds, args.batch, args.steps, args.hidden, args.input)

@@ -110,19 +110,19 @@ VARIANTS = (
             {"cpu": "impl:scan", "gpu": "impl:scan"}, headline=("stock",), wording="Flax nn.RNN over PyTorch's cell",
             lm_description="the language model with nn.RNN over PyTorch's LSTM or GRU cell (two biases, each "
             "layer's inputs projected for all steps before the loop, one GEMM), differentiated by JAX (--lstm-impl "
-            "scan; jax_impl.train's default for the language model)"),
+            "scan)"),
     Variant("jax", "nofold", "tuned", "our fused recurrence, nn.LSTM's algorithm (--lstm-impl fused "
             "--no-embed-fold)", BOTH, {"lstm_impl": "fused", "embed_fold": False},
             {"cpu": "impl:fused", "gpu": "impl:fused"}, main=True, headline=("best tuned", "same algorithm")),
     Variant("jax", "fused", "tuned", "our fused recurrence with the embedding folded into layer 0's input "
-            "projection, XLA's fastest (--lstm-impl fused; jax_impl.train's default where the kernel does not run)",
+            "projection, XLA's fastest (--lstm-impl fused)",
             ("cpu",), {"lstm_impl": "fused"}, {"cpu": "impl:fused", "gpu": "impl:fused"}, main=True,
             headline=("best tuned",), lm_description="the language model's LSTM layer by layer on our fused "
             "recurrence: each layer's input projected in one GEMM, then XLA's loop with hand-written gradients "
             "(--lstm-impl fused; nothing to fold)"),
-    Variant("jax", "jit", "tuned", "jax_impl.train's default, whichever implementation --lstm-impl auto picks: our "
-            "kernel in float32 on one CPU device with AVX2 or AVX-512, the scan stack under bfloat16, else the fused "
-            "recurrence with the embedding fold; its tier is the one that ran", BOTH, main=True,
+    Variant("jax", "jit", "tuned", "jax_impl.train's default, whichever implementation --lstm-impl auto picks "
+            "(jax_impl.recurrences.choice.auto, which the report quotes: what it picked here and why); its tier is "
+            "the one that ran", BOTH, main=True,
             headline=("best tuned", "kernel"),
             wording="our recurrence kernel as jax_impl.train's default"),
     Variant("jax", "cudnn", "vendor", "cuDNN's fused LSTM through jax.experimental.rnn (--lstm-impl cudnn)", GPU,
@@ -145,8 +145,9 @@ VARIANTS = (
 
 # The language model's rows by device, a run without --variants: the stock tier on both sides, the tuned, vendor and
 # kernel tiers (the LSTM's fused, oneDNN and kernel layers; a GRU's are refused, and cuDNN is the classifier's only:
-# jax_impl.recurrences.choice, whose reason the run reports) and torch.compile. jax:jit is left out: --lstm-impl auto
-# runs scan for the LM, jax:scan's row.
+# jax_impl.recurrences.choice, whose reason the run reports) and torch.compile. jax:jit is left out: what --lstm-impl
+# auto runs for the LM is one of these rows, which the report's variants name as jax_impl.train's default
+# (results.descriptions, from choice.auto in the workers).
 LM_DEFAULT = {"cpu": ("torch:eager", "torch:compile", "jax:flax", "jax:scan", "jax:fused", "jax:onednn", "jax:kernel",
                       "jax:cudnn"),
               "gpu": ("torch:eager", "torch:compile", "jax:flax", "jax:scan", "jax:fused", "jax:cudnn")}
@@ -243,13 +244,20 @@ def parse_sweep(spec: str, base: Config) -> Sweep:
     return Sweep(name, values)
 
 
-def int_list(spec: str, flag: str, minimum: int, what: str) -> list[int]:
-    """``--seeds`` and ``--device-counts``: a comma list of distinct integers, each at least ``minimum``."""
+def int_list(spec: str, flag: str, minimum: int, maximum: int | None = None) -> list[int]:
+    """``--seeds`` and ``--device-counts``: a comma list of distinct integers, each at least ``minimum`` and at most
+    ``maximum`` (None: no bound), every value checked before the caller does anything with one."""
     items = comma_list(spec, flag)
     try:
         values = [int(x) for x in items]
     except ValueError:
         raise ConfigError(f"{flag} takes a comma list of integers, got {spec!r}") from None
-    if min(values) < minimum or len(set(values)) != len(values):
-        raise ConfigError(f"{flag} takes distinct {what} integers, got {spec!r}")
+    for value in values:
+        if value < minimum or (maximum is not None and value > maximum):
+            bound = (f"between {minimum} and {maximum}" if maximum is not None else "> 0" if minimum == 1
+                     else f">= {minimum}")
+            raise ConfigError(f"{flag}: each value must be {bound}, got {value}")
+    if len(set(values)) != len(values):
+        twice = next(v for i, v in enumerate(values) if v in values[:i])
+        raise ConfigError(f"{flag} takes distinct values, got {twice} twice in {spec!r}")
     return values

@@ -2,7 +2,9 @@
 environment fixed before it imports a framework, the request and reply lines it answers, and how it is stopped; and
 what the machine gives them: the usable CPUs, the load from *other* processes, the environment a run records.
 
-Every worker gets a session of its own, so a timeout or Ctrl-C ends it and whatever it started.
+Every worker gets a session of its own, so a timeout or Ctrl-C ends it and whatever it started
+(:func:`kill_group`); :func:`ending_raises` and :func:`signals_held` let a parent stop its children on SIGTERM as
+on Ctrl-C.
 """
 import contextlib
 import json
@@ -14,9 +16,11 @@ import subprocess
 import sys
 import tempfile
 import threading
+from contextlib import contextmanager
 from datetime import datetime, timezone
 from importlib import metadata
 from pathlib import Path
+from typing import Iterator
 
 from benchmarks.hosts import isa_from_flags
 
@@ -69,10 +73,45 @@ def worker_environ(threads: int, device: str, cache_dir: str, extra: dict | None
     return env
 
 
-def _kill(proc: subprocess.Popen) -> None:
+def kill_group(proc: subprocess.Popen) -> None:
+    """SIGKILL to ``proc`` and every process in its group, then reap it. ``proc`` must lead a group of its own
+    (started with ``start_new_session=True``): the group is named by its pid."""
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
+
+
+ENDING = (signal.SIGTERM, signal.SIGHUP)  # what a supervisor, ``timeout`` or a closed terminal sends to end a program
+
+
+@contextmanager
+def signals_held() -> Iterator[None]:
+    """SIGINT and :data:`ENDING` held back inside the block and delivered as it ends: a clean-up that runs whole."""
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, *ENDING})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, before)
+
+
+def _exit_on(signum, frame) -> None:
+    raise SystemExit(128 + signum)
+
+
+@contextmanager
+def ending_raises() -> Iterator[None]:
+    """Inside the block (in the main thread, where Python runs handlers), SIGTERM and SIGHUP raise
+    ``SystemExit(128 + signal)`` where the program is, so that its ``finally`` blocks run (children stopped,
+    temporary files removed) and it ends with the status a shell gives a process the signal ended (143, 129)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    before = {s: signal.signal(s, _exit_on) for s in ENDING}
+    try:
+        yield
+    finally:
+        for s, handler in before.items():
+            signal.signal(s, handler)
 
 
 class Worker:
@@ -106,7 +145,7 @@ class Worker:
             try:
                 reply = self.replies.get(timeout=timeout_s)
             except queue.Empty:
-                _kill(self.proc)
+                kill_group(self.proc)
                 self.dead = f"timeout: stopped after {timeout_s:g} s"
                 return {"error": self.dead, "timed_out": True}
             if reply is not None:
@@ -120,13 +159,13 @@ class Worker:
     def close(self) -> None:
         """Ask an idle worker to quit; stop a busy one (Ctrl-C in the middle of a request)."""
         if self.waiting:
-            _kill(self.proc)
+            kill_group(self.proc)
         elif self.proc.poll() is None:
             self.send({"op": "quit"})
             try:
                 self.proc.wait(timeout=30)
             except subprocess.TimeoutExpired:
-                _kill(self.proc)
+                kill_group(self.proc)
 
 
 def cpu_seconds(pids: list[int]) -> tuple[float, float] | None:

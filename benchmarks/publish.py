@@ -10,8 +10,13 @@ A figure block in README.md, docs/*.md or benchmarks/PERFORMANCE.md is
 naming its source run (a directory under docs/bench holding results.json) and one of :data:`views.VIEWS`. This
 rewrites each block's body from its run, and each "where to look" link ``[path.py:N](path.py#LN)`` written beside a
 backticked name to the line that defines that name. ``--check`` writes nothing and exits 1, listing every stale
-block, every block whose source does not exist and every stale link. Marker replacement is a regular expression over
-HTML comments, a few dozen lines: a templating library would add a dependency and a syntax for no more than that.
+block, every block whose source does not exist, every stale link and every page whose markers do not pair up.
+
+A marker is a line of its own. Each opening marker must be closed before the next one opens and before the page
+ends, and each closing marker must close one: a page where they do not pair up (a closing marker deleted by hand) is
+refused, page:line in one line and exit 2, before any page is written, so that text outside the blocks is never
+replaced. So is a results file that is not JSON. Markers are found line by line, a few dozen lines: a templating
+library would add a dependency and a syntax for no more than that.
 """
 import re
 import sys
@@ -21,11 +26,12 @@ from pathlib import Path
 from benchmarks import views
 from benchmarks.hosts import BENCH, ROOT
 from common.config import Parser
-from common.errors import cli_main
+from common.errors import UserError, cli_main
 
 PROG = "python -m benchmarks.publish"
-BLOCK = re.compile(r"(?P<open><!-- figures: (?P<source>\S+) (?P<view>[\w-]+)(?P<args>(?: [^ >]+)*) -->\n)"
-                   r"(?P<body>.*?)(?P<close>\n?<!-- /figures -->)", re.DOTALL)
+OPEN = re.compile(r"<!-- figures: (?P<source>\S+) (?P<view>[\w-]+)(?P<args>(?: [^ >]+)*) -->")
+CLOSE = "<!-- /figures -->"
+MARKER = re.compile(r"\s*<!--\s*/?\s*figures\b")  # a line that starts so is a marker, well-formed or not
 LINK = re.compile(r"\[(?P<text>[^\]]*)\]\((?P<path>[\w./]+\.py)#L(?P<line>\d+)\)")
 NAME_AFTER = re.compile(r"\s*`(?P<name>[^`]+)`")
 NAME_BEFORE = re.compile(r"`(?P<name>[^`]+)`\s*\($")
@@ -54,27 +60,75 @@ def line_of(text: str, offset: int) -> int:
     return text.count("\n", 0, offset) + 1
 
 
+class Unpaired(UserError):
+    """A page whose figure markers do not pair up: its message is the :class:`Problem`'s, page:line first."""
+
+
+@dataclass(frozen=True)
+class Block:
+    """A figure block of a page: what its opening marker names, where it is, and its body (the lines between the
+    markers, without the newline before the closing one)."""
+
+    source: str
+    view: str
+    args: str  # the words after the view, each after a space, as written
+    line: int  # the opening marker's line, 1-based
+    start: int  # the offset of the body's first character (just after the opening marker's line)
+    end: int  # the offset of the closing marker's line
+    body: str
+
+    @property
+    def name(self) -> str:
+        return f"{self.source} {self.view}{self.args}"
+
+
+def find_blocks(page: Path, text: str) -> list[Block]:
+    """The figure blocks of ``text``, in order; :class:`Unpaired` at the first marker line that is malformed, opens
+    a block inside another, or closes none, or at a block the page ends inside."""
+    found, opened, offset = [], None, 0  # opened: (line, match, body's start) of the block being read
+    for number, line in enumerate(text.splitlines(keepends=True), 1):
+        start, offset, marker = offset, offset + len(line), line.rstrip("\n")
+        if not MARKER.match(marker):
+            continue
+        if (m := OPEN.fullmatch(marker)) is not None:
+            if opened:
+                raise Unpaired(Problem(page, opened[0], f"the figure block {opened[1]['source']} {opened[1]['view']} "
+                                       f"has no end: another opens at line {number} before its {CLOSE}; add it"))
+            opened = (number, m, offset)
+        elif marker == CLOSE:
+            if not opened:
+                raise Unpaired(Problem(page, number, f"{CLOSE} closes no block (no opening marker above it)"))
+            (first, m, body), opened = opened, None
+            found.append(Block(m["source"], m["view"], m["args"], first, body, start, text[body:max(body, start - 1)]))
+        else:
+            raise Unpaired(Problem(page, number, f"a malformed figure marker {marker.strip()!r}: a block opens with "
+                                   f"'<!-- figures: SOURCE VIEW [ARG ...] -->' and closes with '{CLOSE}', each a line"))
+    if opened:
+        raise Unpaired(Problem(page, opened[0], f"the figure block {opened[1]['source']} {opened[1]['view']} has no "
+                               f"end: the page ends before its {CLOSE}; add it"))
+    return found
+
+
 def blocks(page: Path, text: str) -> tuple[str, list[Problem]]:
-    """``text`` with every figure block regenerated, and the blocks that were stale or name a missing source."""
+    """``text`` with every figure block's body regenerated (nothing outside the bodies changes), and the blocks that
+    were stale or name a missing source; :class:`Unpaired` where the markers do not pair up."""
     problems: list[Problem] = []
-
-    def regenerate(m: re.Match) -> str:
-        where = line_of(text, m.start())
-        name = f"{m['source']} {m['view']}{m['args']}"
-        if m["view"] not in views.VIEWS:
-            problems.append(Problem(page, where, f"{name}: no such view (views: {', '.join(views.VIEWS)})"))
-            return m[0]
+    out, done = [], 0  # the text up to offset ``done`` is in ``out``
+    for b in find_blocks(page, text):
+        if b.view not in views.VIEWS:
+            problems.append(Problem(page, b.line, f"{b.name}: no such view (views: {', '.join(views.VIEWS)})"))
+            continue
         try:
-            run = views.load(Path(m["source"]), page)
+            run = views.load(Path(b.source), page)
         except FileNotFoundError as e:
-            problems.append(Problem(page, where, f"{name}: its source does not exist ({e})"))
-            return m[0]
-        body = views.render(run, m["view"], m["args"].split())
-        if body != m["body"]:
-            problems.append(Problem(page, where, f"{name}: stale"))
-        return m["open"] + body + "\n<!-- /figures -->"
-
-    return BLOCK.sub(regenerate, text), problems
+            problems.append(Problem(page, b.line, f"{b.name}: its source does not exist ({e})"))
+            continue
+        body = views.render(run, b.view, b.args.split())
+        if body != b.body:
+            problems.append(Problem(page, b.line, f"{b.name}: stale"))
+        out += [text[done:b.start], body, "\n"]
+        done = b.end
+    return "".join(out) + text[done:], problems
 
 
 def identifier(name: str) -> str:
@@ -141,21 +195,29 @@ def index() -> str:
 
 
 def publish(check: bool) -> list[Problem]:
-    """Regenerate every page (unless ``check``); the problems found, each a stale block or link or a missing
-    source."""
-    problems = []
+    """Regenerate every page (unless ``check``); the problems found, each a stale block or link, a missing source or
+    (``check``) a page whose markers do not pair up. Every page is regenerated before any is written: a page whose
+    markers do not pair up (:class:`Unpaired`) or a results file that cannot be read (:class:`UserError`) leaves
+    every page as it was."""
+    problems, writes = [], {}
     for page in pages():
         old = (ROOT / page).read_text(encoding="utf-8")
-        new, found = blocks(page, old)
+        try:
+            new, found = blocks(page, old)
+        except Unpaired as err:
+            if not check:
+                raise
+            new, found = old, [err.args[0]]
         new, moved = links(page, new)
         problems += found + moved
-        if not check and new != old:
-            (ROOT / page).write_text(new, encoding="utf-8")
+        if new != old:
+            writes[ROOT / page] = new
     listing, written = index(), BENCH / "README.md"
     if not written.is_file() or written.read_text(encoding="utf-8") != listing:
         problems.append(Problem(written.relative_to(ROOT), 1, "stale: the index of published runs"))
-        if not check:
-            written.write_text(listing, encoding="utf-8")
+        writes[written] = listing
+    for path, text in writes.items() if not check else ():
+        path.write_text(text, encoding="utf-8")
     return problems
 
 

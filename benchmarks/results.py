@@ -58,12 +58,20 @@ def fallback(label: str, setup: Setup | None) -> str | None:
 
 
 def descriptions(session: Session, variants: Sequence[plan.Variant], workload: str = "classifier") -> dict[str, str]:
-    """Each variant's description (the language model's where it has one); the trainers' default's (``--lstm-impl
-    auto``) with what it ran here, and why."""
+    """Each variant's description (the language model's where it has one); for ``jax:jit`` (``--lstm-impl auto``),
+    what it ran here and why; for a variant that names the implementation ``--lstm-impl auto`` runs here and changes
+    nothing else, that it is ``jax_impl.train``'s default here, and why (the workers' ``choice.auto``)."""
     records = {e.label: e.setup.record for e in session.entries.values() if e.setup}
-    return {v.label: (workload == "lm" and v.lm_description or v.description)
-            + (f". Here: {records[v.label]['lstm_impl_auto']}" if "lstm_impl_auto" in records.get(v.label, {}) else "")
-            for v in variants}
+
+    def said(v: plan.Variant) -> str:
+        record = records.get(v.label, {})
+        if "lstm_impl_auto" in record:
+            return f". Here: {record['lstm_impl_auto']}"
+        if set(v.changes) == {"lstm_impl"} and record.get("lstm_impl_default") == v.changes["lstm_impl"]:
+            return f". jax_impl.train's default here (--lstm-impl auto: {record['lstm_impl_default_why']})"
+        return ""
+
+    return {v.label: (workload == "lm" and v.lm_description or v.description) + said(v) for v in variants}
 
 
 def samples_per_step(cfg, kind: str) -> int:

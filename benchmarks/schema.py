@@ -24,7 +24,8 @@ class Setup:
     info: dict  # device ("cpu" | "cuda" | ...), device_name, threads, precision (the framework's settings in force)
     phases: dict  # per step kind: compile_s, lower_s (JAX), first_step_s, peak_device_mb, peak_rss_mb; the NNX twin's
     # train: nnx_dispatch_ms, nnx_overhead_ms (as Row's)
-    record: dict  # the twin's run record (framework, versions, device, dtype, lstm_impl, numerics)
+    record: dict  # the twin's run record (framework, versions, device, dtype, lstm_impl, numerics); JAX's adds
+    # lstm_impl_default and lstm_impl_default_why: what jax_impl.train's --lstm-impl auto runs for this configuration
     provenance: dict | None = None  # what ran the LSTM: "kernels" (torch: profiler op names; JAX: "impl:NAME" and
     # custom calls), library versions, the compiled step's loops (JAX), what Dynamo made of it (--torch-compile), and
     # the float rules in force: "precision" (the framework's matmul settings), "flush_denormal" (measured for torch);
@@ -192,6 +193,9 @@ def read_run(spec: str, command: str = "compare") -> dict:
         raise ConfigError(f"{command}: {path}: not a bench results.json ({str(err).splitlines()[0]})") from None
     if not isinstance(doc, dict) or not isinstance(doc.get("results"), list):
         raise ConfigError(f"{command}: {path}: not a bench results.json (no results list)")
+    for part in ("base_config", "environment", "settings"):  # what tells runs of one configuration and machine
+        if not isinstance(doc.get(part, {}), dict):
+            raise ConfigError(f"{command}: {path}: {part} is not an object")
     if doc.get("schema_version") != SCHEMA_VERSION:
         raise ConfigError(f"{command}: {path}: schema_version {doc.get('schema_version')!r}; this bench reads "
                           f"version {SCHEMA_VERSION} only (rerun the older benchmark with this one)")

@@ -56,6 +56,10 @@ class TorchSide:
     def use_dtype(self, name: str) -> None:
         """Nothing to switch: a torch twin computes in the dtype its model is cast to."""
 
+    def trainers_default(self, twin, cfg: Config) -> dict:
+        """Nothing to choose: PyTorch's trainer runs nn.LSTM (or nn.GRU)."""
+        return {}
+
     def sync(self) -> None:
         if self.device.type == "cuda":
             self.torch.cuda.synchronize()
@@ -191,6 +195,14 @@ class JaxSide:
 
     def adopt(self, twin, cfg: Config) -> None:
         self.device, self.precision = self.step_module.resolve_device(cfg.device), twin.record["matmul_precision"]
+
+    def trainers_default(self, twin, cfg: Config) -> dict:
+        """What ``jax_impl.train`` runs for ``cfg`` under its default, ``--lstm-impl auto``, here, and why:
+        choice.auto's answer (``lstm_impl_default``, ``lstm_impl_default_why``), whatever ``--lstm-impl`` this variant
+        names."""
+        from jax_impl.recurrences import choice
+        impl, why = choice.auto(choice.Run.of(cfg, self.device.platform, twin.place.devices))
+        return {"lstm_impl_default": impl, "lstm_impl_default_why": why}
 
     def use_dtype(self, name: str) -> None:
         """What the trainer's set-up does for ``--dtype name`` before a twin computes in it: float64 switches on JAX's

@@ -21,6 +21,7 @@ from benchmarks.plan import BASELINE
 from benchmarks.results import PARITY_TOL
 from benchmarks.stats import round_means, unpaired_ratio
 from benchmarks.tables import fmt, kernel, label, ms, parity_cell, ratio_cell, table
+from common.errors import UserError
 
 WIDTH = 120
 RESULTS = ("results.json", "loop_cost.json")  # what a run directory may hold, in this order
@@ -48,11 +49,19 @@ class Run:
 
 def load(path: Path, page: Path) -> Run:
     """The run in ``path`` (a directory relative to the repository), quoted on ``page``; FileNotFoundError where it
-    holds no results file."""
+    holds no results file, :class:`UserError` naming the file where that is not a JSON object."""
     found = next((hosts.ROOT / path / f for f in RESULTS if (hosts.ROOT / path / f).is_file()), None)
     if found is None:
         raise FileNotFoundError(f"{path}: no {' or '.join(RESULTS)}")
-    return Run(path, json.loads(found.read_text(encoding="utf-8")), page)
+    try:
+        doc = json.loads(found.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as err:  # ValueError: JSONDecodeError and UnicodeDecodeError
+        raise UserError(f"{found.relative_to(hosts.ROOT)}: not a results file ({str(err).splitlines()[0]}); restore "
+                        f"it (git checkout) or rerun its command") from None
+    if not isinstance(doc, dict):
+        raise UserError(f"{found.relative_to(hosts.ROOT)}: not a results file (a JSON {type(doc).__name__}, not an "
+                        f"object); restore it (git checkout) or rerun its command")
+    return Run(path, doc, page)
 
 
 def wrap(text: str, bullet: bool = False) -> list[str]:

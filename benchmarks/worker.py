@@ -133,7 +133,8 @@ class Bench:
         reset_peak_rss()  # the peaks below are the set-up's and the steps', not the load's compiles
         out = {"vocab_size": len(self.data.vocab), "info": self.side.info(), "phases": {},
                "distinct_tokens": self.distinct_tokens,
-               "record": {k: v for k, v in self.twin.record.items() if isinstance(v, (str, int, float, bool))}}
+               "record": {**{k: v for k, v in self.twin.record.items() if isinstance(v, (str, int, float, bool))},
+                          **self.side.trainers_default(self.twin, self.cfg)}}
         for kind in msg["phases"]:  # inference first: its peak memory is read before training raises it
             if kind == "parts":  # compiled, and stepped once, while loading: the warm-up
                 self.steps("parts", msg["warmup"])

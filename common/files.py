@@ -3,6 +3,7 @@ writes (with the modes an ordinary write gets), JSON, and the checksum manifest 
 Orbax's array data carry no checksum of their own)."""
 import hashlib
 import json
+import math
 import os
 import re
 import shutil
@@ -16,6 +17,10 @@ from common import interrupts
 from common.errors import CheckpointError, ConfigError
 
 CHECKSUM_FILE = "checksums.sha256"  # lines "SHA256  BYTES  RELATIVE/PATH", one per other file of the directory
+STEP_PREFIX = "step_"  # a training checkpoint's directory: step_00000100 (common.runstate)
+# A step directory, or the debris of one (a temporary or moved-aside one, dot-named, or Orbax's step_N.orbax-...):
+# what pruning a run's training checkpoints removes, with everything inside it.
+_STEP_DIR = re.compile(rf"\.?{STEP_PREFIX}\d")
 
 
 def _every_path(relative: Path) -> bool:
@@ -96,12 +101,26 @@ def _overlap(inner: Output, outer: Output) -> str | None:
     return None if outer.directory else f"{said}, a file; give each its own path"
 
 
+def _under_a_step_dir(out: Output) -> str | None:
+    """The refusal of an output inside a directory named as a training checkpoint's step directory (or that is one):
+    the pruning of the run whose checkpoints it is among, or of whatever run one day resumes there, removes it whole."""
+    path = out.path.resolve()
+    step = next((p for p in (*reversed(path.parents), path) if _STEP_DIR.match(p.name)), None)
+    if step is None:
+        return None
+    where = "" if step == path else f"inside {step}, "
+    return (f"{out.name} {out.path}: {where}a training checkpoint's directory by its name ({STEP_PREFIX}N), which "
+            f"pruning a run's old checkpoints removes with everything in it; give it a path outside any "
+            f"{STEP_PREFIX}* directory")
+
+
 def check_outputs(outputs: Sequence[Output], overwrite: bool) -> None:
     """Refuse, in one line (:class:`ConfigError`), before any work: an output of the wrong kind (a directory given
     for a file, or a file for a directory) or one that cannot be made and written; an output a save replaces that
     holds the working directory (``--save-dir .``); an output inside, or the same as,
     another whose save replaces it (and an input there, unless ``overwrite``), two outputs on one path, a path inside
-    a file output; then an existing output holding what writing it would lose, unless ``overwrite``."""
+    a file output; an output in (or named as) a training checkpoint's step directory, which pruning removes; then an
+    existing output holding what writing it would lose, unless ``overwrite``."""
     written = [out for out in outputs if not out.read]
     for out in written:
         _check_place(out)
@@ -115,6 +134,9 @@ def check_outputs(outputs: Sequence[Output], overwrite: bool) -> None:
             for outer in written:
                 if inner is not outer and (why := clash(inner, outer)):
                     raise ConfigError(why)
+    for out in written:
+        if why := _under_a_step_dir(out):
+            raise ConfigError(why)
     for out in written if not overwrite else ():
         if why := _held(out):
             raise ConfigError(why)
@@ -208,24 +230,55 @@ def atomic_file(path: Path, write: Callable[[Path], None]) -> None:
     atomic_files({path: write})
 
 
+def finite_json(obj: Any) -> Any:
+    """``obj`` with every float that is not finite (NaN, ±infinity), in it or in its dicts, lists and tuples, replaced
+    by None: JSON has no such numbers (Python's ``json`` would write ``NaN`` or ``Infinity``, which no standard
+    reader takes), so the project writes them as ``null``."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {key: finite_json(value) for key, value in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [finite_json(value) for value in obj]
+    return obj
+
+
+def to_json(obj: Any, **options: Any) -> str:
+    """``json.dumps`` of :func:`finite_json` ``(obj)``, refusing anything that would not be standard JSON: how every
+    JSON file and record of the project is written (checkpoints, metrics logs, results)."""
+    return json.dumps(finite_json(obj), allow_nan=False, **options)
+
+
 def write_json(path: Path, obj: Any) -> None:
-    path.write_text(json.dumps(obj, ensure_ascii=False, indent=1), encoding="utf-8")
+    """``path`` holding ``obj`` as standard JSON (:func:`to_json`: a number that is not finite as ``null``)."""
+    path.write_text(to_json(obj, ensure_ascii=False, indent=1), encoding="utf-8")
 
 
 def read_json(path: Path) -> Any:
-    """``path``'s JSON; a missing or malformed file is a :class:`CheckpointError` naming it."""
-    if not path.is_file():
-        raise CheckpointError(f"{path}: missing")
+    """``path``'s JSON; a missing, unreadable or malformed file is a :class:`CheckpointError` naming it."""
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        if not path.is_file():
+            raise CheckpointError(f"{path}: missing")
+        text = path.read_text(encoding="utf-8")
+        return json.loads(text)
+    except OSError as err:  # permission denied, an I/O error, ...
+        raise CheckpointError(f"{path}: cannot read it ({err.strerror or err})") from None
     except ValueError as err:  # JSONDecodeError and UnicodeDecodeError
         raise CheckpointError(f"{path}: not valid JSON ({err})") from None
 
 
 def _entries(directory: Path) -> dict[str, tuple[str, int]]:
-    """SHA-256 and size in bytes of every file below ``directory`` but the manifest, by relative path."""
-    return {p.relative_to(directory).as_posix(): (hashlib.sha256(p.read_bytes()).hexdigest(), p.stat().st_size)
-            for p in sorted(directory.rglob("*")) if p.is_file() and not p.name.startswith(CHECKSUM_FILE)}
+    """SHA-256 and size in bytes of every file below ``directory`` but the manifest, by relative path; a file that
+    cannot be read is a :class:`CheckpointError` naming it."""
+    entries = {}
+    for p in sorted(directory.rglob("*")):
+        try:
+            if p.is_file() and not p.name.startswith(CHECKSUM_FILE):
+                entries[p.relative_to(directory).as_posix()] = (hashlib.sha256(p.read_bytes()).hexdigest(),
+                                                                p.stat().st_size)
+        except OSError as err:
+            raise CheckpointError(f"{p}: cannot read it ({err.strerror or err})") from None
+    return entries
 
 
 def write_manifest(directory: Path) -> Path:
@@ -238,11 +291,13 @@ def write_manifest(directory: Path) -> Path:
 def verify_manifest(directory: Path) -> None:
     """Raise :class:`CheckpointError` naming the first file that is missing, extra, truncated or altered."""
     manifest = directory / CHECKSUM_FILE
-    if not manifest.is_file():
-        raise CheckpointError(f"{manifest}: missing")
     try:
+        if not manifest.is_file():
+            raise CheckpointError(f"{manifest}: missing")
         text = manifest.read_text(encoding="utf-8")
-    except (OSError, ValueError) as err:
+    except OSError as err:
+        raise CheckpointError(f"{manifest}: cannot read it ({err.strerror or err})") from None
+    except ValueError as err:
         raise CheckpointError(f"{manifest}: unreadable ({err})") from None
     lines = [re.fullmatch(r"([0-9a-f]{64})  (\d+)  (.+)", line) for line in text.splitlines()]
     if not text.endswith("\n") or not lines or not all(lines):

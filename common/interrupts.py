@@ -184,14 +184,28 @@ def exit_process(status: int) -> NoReturn:
     """End the program with ``status``, Ctrl-C still one line and 130 until the very end. After Ctrl-C (130) at once:
     a framework may still be at work in threads of its own on what the interrupt cut short (XLA's compiler is), and
     tearing the interpreter down under them crashes it; what the run saved is complete by then (saves finish before
-    the interrupt is raised). Otherwise as Python's own exit would, but for its finalisation: the threads it waits for
-    joined, the ``atexit`` functions run (under :func:`exit_on_ctrl_c`'s handler), the output flushed, then the
-    process ends. Python's finalisation would put SIGINT back to its default first, so a Ctrl-C during the seconds
-    torch and JAX take to tear down would kill the process silently, and it frees nothing a finished program needs."""
+    the interrupt is raised). Otherwise as Python's own exit would, in its order, but for its finalisation: the
+    threads it waits for stopped and joined (:func:`_stop_threads`), then the ``atexit`` functions run (under
+    :func:`exit_on_ctrl_c`'s handler), the output flushed, then the process ends. Python's finalisation would put
+    SIGINT back to its default first, so a Ctrl-C during the seconds torch and JAX take to tear down would kill the
+    process silently, and it frees nothing a finished program needs."""
     if status != INTERRUPTED:
-        for thread in threading.enumerate():
-            if thread is not threading.main_thread() and not thread.daemon:
-                thread.join()
+        _stop_threads()
         atexit._run_exitfuncs()  # what sys.exit would run; public spelling there is none
     _flush_output()
     os._exit(status)
+
+
+def _stop_threads() -> None:
+    """The first step of Python's own exit, which it takes before the ``atexit`` functions: the hooks registered with
+    ``threading._register_atexit`` run (``concurrent.futures`` registers the one that tells the idle workers of every
+    ``ThreadPoolExecutor`` to stop: torch.compile leaves such a pool), then every non-daemon thread is joined. A
+    worker told nothing waits for work for ever, and joining it hangs. ``threading._shutdown`` is that step, the
+    function the interpreter itself calls; public spelling there is none."""
+    shutdown = getattr(threading, "_shutdown", None)
+    if shutdown is not None:
+        shutdown()
+        return
+    for thread in threading.enumerate():  # an interpreter without it: at least the threads that end on their own
+        if thread is not threading.main_thread() and not thread.daemon:
+            thread.join()

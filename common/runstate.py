@@ -5,19 +5,20 @@
 
 The progress record, the resume's check of the twin and the settings, and the fallback past a damaged checkpoint.
 """
+import math
 import os
 import shutil
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable
 
 from common.config import field_names, flag
 from common.errors import CheckpointError, ConfigError
-from common.files import CHECKSUM_FILE, read_json, verify_manifest
+from common.files import CHECKSUM_FILE, STEP_PREFIX, read_json, verify_manifest
 
-PREFIX = "step_"  # Orbax's step-name format with prefix "step" and 8 digits: step_00000100
+PREFIX = STEP_PREFIX  # Orbax's step-name format with prefix "step" and 8 digits: step_00000100
 DIGITS = 8
 PROGRESS_FILE = "progress.json"
 # Where each twin's step directories keep the Progress record (JAX's: an Orbax JSON item): it names the writer.
@@ -32,7 +33,11 @@ class Progress:
     """Where training stands: ``step`` steps done; the next batch is batch ``batch`` (0-based) of epoch
     ``epoch`` (0-based). ``skipped``: non-finite steps skipped so far; ``best_val_loss`` for --save-dir;
     ``last_val``: the latest validation ``{"step", "loss", <metric>}``; ``lr``: the learning rate the next step
-    takes (None: --lr, never decayed)."""
+    takes (None: --lr, never decayed); ``run_id``: the run's id, which its metrics log's first record holds too (None:
+    a checkpoint written before runs had ids).
+
+    On disk as JSON, which has no NaN nor infinity: such a number is written ``null``, and a ``last_val`` loss or
+    metric read as ``null`` comes back NaN (a ``best_val_loss`` that was not finite comes back None: none yet)."""
 
     step: int
     epoch: int
@@ -42,13 +47,18 @@ class Progress:
     settings: dict | None = None  # trajectory_settings(cfg, vocab_size) of the run that wrote it
     last_val: dict | None = None
     lr: float | None = None
+    run_id: str | None = None
 
     @classmethod
     def from_dict(cls, data, where: Path) -> "Progress":
         try:
-            return cls(**data)
+            progress = cls(**data)
         except TypeError as err:
             raise CheckpointError(f"{where}: corrupt ({err})") from None
+        if not isinstance(progress.last_val, dict):
+            return progress
+        return replace(progress, last_val={key: math.nan if value is None else value
+                                           for key, value in progress.last_val.items()})
 
 
 def trajectory_settings(cfg, vocab_size: int | None = None, lstm_impl_ran: str | None = None) -> dict:
@@ -69,10 +79,14 @@ def step_dir(root: str | Path, step: int) -> Path:
 
 
 def checkpoint_dirs(root: str | Path) -> list[tuple[int, Path]]:
-    """The step directories under ``root``, oldest first."""
+    """The step directories under ``root``, oldest first; a ``root`` the system does not let us list is a
+    :class:`CheckpointError` naming it."""
     root = Path(root)
-    return sorted((int(p.name[len(PREFIX):]), p) for p in (root.iterdir() if root.is_dir() else ())
-                  if p.is_dir() and p.name.startswith(PREFIX) and p.name[len(PREFIX):].isdigit())
+    try:
+        return sorted((int(p.name[len(PREFIX):]), p) for p in (root.iterdir() if root.is_dir() else ())
+                      if p.is_dir() and p.name.startswith(PREFIX) and p.name[len(PREFIX):].isdigit())
+    except OSError as err:
+        raise CheckpointError(f"{root}: cannot read it ({err.strerror or err})") from None
 
 
 def checkpoint_root(cfg, twin: str) -> Path:
@@ -83,6 +97,21 @@ def checkpoint_root(cfg, twin: str) -> Path:
 
 def read_progress(path: Path, framework: str = "torch") -> Progress:
     return Progress.from_dict(read_json(path / PROGRESS_FILES[framework]), path / PROGRESS_FILES[framework])
+
+
+def run_ids(root: str | Path) -> set[str]:
+    """The run ids the step directories under ``root`` hold in their progress records (either twin's), those that
+    can be read."""
+    found = set()
+    for _, path in checkpoint_dirs(root):
+        for file in PROGRESS_FILES.values():
+            try:
+                run_id = read_json(path / file).get("run_id") if (path / file).is_file() else None
+            except (CheckpointError, AttributeError, OSError):  # damaged, not a JSON object, unreadable
+                continue
+            if isinstance(run_id, str):
+                found.add(run_id)
+    return found
 
 
 def claim_run_dir(root: Path, cfg) -> None:
@@ -115,7 +144,11 @@ def _difference(name: str, then: dict, now: dict) -> str | None:
         was = repr(ran) if then[name] == ran else f"{then[name]!r} (which ran {ran})"
         asked = repr(runs) if now[name] == runs else f"{now[name]!r} (which runs {runs} here)"
         return f"--lstm-impl {was}, not {asked}"
-    return None if now[name] == then[name] else f"{_setting(name, then[name])}, not {now[name]!r}"
+    if now[name] == then[name]:
+        return None
+    if isinstance(then[name], bool) and isinstance(now[name], bool):  # as the flags are spelt: --tied, --no-tied
+        return ", not ".join(f"--{'' if value else 'no-'}{flag(name)}" for value in (then[name], now[name]))
+    return f"{_setting(name, then[name])}, not {now[name]!r}"
 
 
 def check_same_run(path: Path, settings: dict, framework: str | None, root: Path) -> None:
@@ -154,8 +187,10 @@ def load_latest(root: str | Path, load: Callable[[Path], tuple[Progress, Any]], 
             if cfg is not None:
                 check_same_run(path, trajectory_settings(cfg, vocab_size, lstm_impl_ran), framework, root)
             progress, state = load(path)
-        except CheckpointError as err:
-            print(f"warning: {err}; falling back to the previous checkpoint", file=sys.stderr)
+        except (CheckpointError, OSError) as err:  # OSError: a step directory the system does not let us search
+            said = f"{err.filename}: cannot read it ({err.strerror})" if isinstance(err, OSError) else err
+            print(f"warning: {said}; falling back to the previous checkpoint", file=sys.stderr)
             continue
         return progress, state, path
-    raise CheckpointError(f"--resume {root}: every training checkpoint there is damaged")
+    raise CheckpointError(f"--resume {root}: every training checkpoint there is damaged or cannot be read (the "
+                          f"warnings above name each)")

@@ -22,6 +22,7 @@ from common.data import Dataset, EncodedSplit, prepare_data
 from common.data import read_line as classifier_read_line
 from common.errors import DataError
 from common.lm_params import init_lm_params
+from common.memory import check_lm_fits
 from common.params import Params, init_params
 
 
@@ -104,6 +105,8 @@ class LanguageModel:
     @staticmethod
     def load(cfg: Config, ckpt: Checkpoint | None) -> tuple[LMRunData, Params]:
         words = lm_data.prepare_lm_data(cfg.data, cfg.max_vocab, vocab=ckpt.vocab if ckpt else None)
+        # Before anything of the model's size is made: the parameters, a window's activations and logits.
+        check_lm_fits(cfg, len(words.vocab), (len(words.train), len(words.val), len(words.test)))
         data = LMRunData(words.vocab, lm_data.batchify(words.train, cfg.batch_size, "training"),
                          lm_data.batchify(words.val, lm_data.EVAL_BATCH_SIZE, "validation"),
                          lm_data.batchify(words.test, lm_data.EVAL_BATCH_SIZE, "test"), lm_data.read_line(words))

@@ -9,6 +9,7 @@ is saved: the dropout key is ``fold_in(key(cfg.seed), step)``, the batch order a
 Orbax checksums only its shard index, not the array data, hence our checksums on top. A step without them (killed
 between Orbax's commit and ours) counts as damaged, and ``common.runstate.load_latest`` falls back.
 """
+import shutil
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -19,7 +20,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 
 from common.errors import CheckpointError
-from common.files import verify_manifest, write_manifest
+from common.files import finite_json, verify_manifest, write_manifest
 from common.runstate import DIGITS, PREFIX, Progress, step_dir
 
 STATE_ITEM, PROGRESS_ITEM = "train_state", "progress"
@@ -41,14 +42,18 @@ def _payload(state: Any, carry: Any) -> dict[str, Any]:
 def save_training_state(root: str | Path, progress: Progress, state: Any, carry: Any, keep: int) -> Path:
     """Write ``state`` (``params``, ``opt_state``, ``step``), ``carry`` and ``progress`` as step
     ``progress.step`` under ``root``, then its checksums. Steps from ``progress.step`` on that are already there
-    (left by a run that fell back past them) are deleted first: Orbax refuses to save below its latest step."""
+    (left by a run that fell back past them) are deleted first: Orbax refuses to save below its latest step. So are
+    Orbax's temporary step directories, the debris of a save a kill cut short (one run writes a root at a time):
+    left, Orbax would remove the one it meets again itself, logging a warning through absl into the run's output."""
     root = Path(root).absolute()
     with _manager(root, keep) as manager:
         for old in [step for step in manager.all_steps() if step >= progress.step]:
             manager.delete(old)
+        for debris in ocp.step.tmp_checkpoints(root):
+            shutil.rmtree(root / debris, ignore_errors=True)
         manager.save(progress.step, args=ocp.args.Composite(**{
             STATE_ITEM: ocp.args.StandardSave(_payload(state, carry)),
-            PROGRESS_ITEM: ocp.args.JsonSave(asdict(progress))}))
+            PROGRESS_ITEM: ocp.args.JsonSave(finite_json(asdict(progress)))}))  # standard JSON: no NaN
         manager.wait_until_finished()  # saving is asynchronous by default; the checksums need the files
     return write_manifest(step_dir(root, progress.step))
 

@@ -28,9 +28,9 @@ from common.text import vocab_from_word_ids  # noqa: E402
 
 def read_state_dict(path: Path) -> Params:
     """A ``state_dict`` file's tensors as float32 numpy arrays (read with ``weights_only=True``: nothing unpickled)."""
-    if not path.is_file():
-        raise CheckpointError(f"{path}: no such file")
     try:
+        if not path.is_file():
+            raise CheckpointError(f"{path}: no such file")
         state = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as err:  # what weights_only=True raises for any pickled object but tensors
         found = re.search(r"GLOBAL (\S+) was not an allowed global", str(err))
@@ -38,6 +38,8 @@ def read_state_dict(path: Path) -> Params:
         raise CheckpointError(f"{path}: {what}: it is read with torch.load(weights_only=True), and a whole pickled "
                               f"model (torch.save(net)) is never unpickled; save torch.save(net.state_dict(), path)"
                               ) from None
+    except OSError as err:  # permission denied, an I/O error, ...
+        raise CheckpointError(f"{path}: cannot read it ({err.strerror or err})") from None
     except (RuntimeError, KeyError, EOFError, ValueError) as err:  # torch.load's answers to bytes it cannot parse
         raise CheckpointError(f"{path}: not a file torch.save wrote ({err!r})") from None
     if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):

@@ -16,7 +16,12 @@ from common.config import parse_with_workload
     (["--sweep", "batch_size=0"], "--batch-size must be > 0"),
     (["--frameworks", "foo"], "unknown framework 'foo'"),
     (["--variants", "torch:fast"], "unknown variant 'torch:fast'"),
-    (["--rounds", "3"], "--rounds must be >= 5"),
+    (["--rounds", "3"], "--rounds must be >= 5 for an interval over paired rounds (>= 1 under --quick, a smoke run), "
+     "got 3"),
+    (["--quick", "--rounds", "0"], "--rounds must be >= 1 under --quick (a smoke run), got 0"),
+    (["--workload", "lm", "--device-counts", "1,2"], "--device-counts: data-parallel scaling is the classifier's; the "
+     "language model trains on one device (its trainers refuse --devices and torchrun)"),
+    (["--workload", "lm", "--sweep", "devices=1,2"], "--sweep devices=1,2: data-parallel scaling is the classifier's"),
     (["--steps", "0"], "--steps must be >= 1"),
     (["--hidden-dim", "0"], "--hidden-dim must be > 0"),
     (["--device", "tpu"], "cpu or gpu"),
@@ -193,6 +198,10 @@ def test_lm_quick_run_times_its_rows_with_parity_at_a_small_lr_and_counts_the_de
     assert cudnn["status"] == "n/a" and cudnn["step_s"] is None
     assert cudnn["error"].startswith("--lstm-impl cudnn: it serves the classifier only")
     assert ("compile", "train") not in rows  # --quick leaves torch:compile out (plan.LM_QUICK_LEAVES_OUT)
+    # The variant list names the row jax_impl.train's default runs, as choice.auto answers in the workers.
+    impl, why = auto(Run(workload="lm", platform="cpu"))
+    assert [k for k, said in doc["variants"].items() if "jax_impl.train's default here" in said] == [f"jax:{impl}"]
+    assert doc["variants"][f"jax:{impl}"].endswith(f". jax_impl.train's default here (--lstm-impl auto: {why})")
     compared = {(c["variant"], c["step"]) for c in doc["comparisons"]}
     assert {(v, k) for v in ("jax:scan", "jax:flax") for k in ("train", "eval", "decoder")} <= compared
     assert "Stock against stock, torch:eager being PyTorch's nn.LSTM: " in proc.stdout and "tokens/s" in proc.stdout

@@ -54,11 +54,16 @@ def test_twins_agree_when_their_accuracy_gap_is_within_one_standard_deviation():
 
 @pytest.mark.parametrize("argv, message", [
     (["--mode", "convergence", "--seeds", "a,b"], "--seeds takes a comma list of integers"),
-    (["--mode", "convergence", "--seeds", "1,1"], "--seeds takes distinct non-negative integers"),
+    (["--mode", "convergence", "--seeds", "1,1"], "--seeds takes distinct values, got 1 twice in '1,1'"),
+    (["--mode", "convergence", "--seeds", "0,-1"], "--seeds: each value must be between 0 and 9223372036854775807, "
+     "got -1"),
+    (["--mode", "convergence", "--seeds", str(2**63)], "--seeds: each value must be between 0 and "
+     "9223372036854775807, got 9223372036854775808"),
     (["--mode", "convergence", "--seeds", ""], "--seeds: empty; give a comma list of values"),
     (["--mode", "fast"], "invalid choice: 'fast'"),
     (["--mode", "convergence", "--target", "1.5"], "--target is a validation accuracy in (0, 1]"),
-    (["--device-counts", "0,2"], "--device-counts takes distinct positive integers"),
+    (["--device-counts", "0,2"], "--device-counts: each value must be > 0, got 0"),
+    (["--device-counts", "2,4,2"], "--device-counts takes distinct values, got 2 twice in '2,4,2'"),
 ])
 def test_bad_convergence_and_scaling_flags_print_one_line_and_exit_2(argv, message, capsys, tmp_path):
     assert bench.main([*argv, "--out", str(tmp_path / "never")]) == 2

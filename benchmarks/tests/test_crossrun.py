@@ -129,3 +129,47 @@ def test_a_report_over_a_runs_results_is_refused_unless_overwrite(tmp_path, caps
                                        f"{tmp_path / 'results.json'}, which the report replaces: its results would be "
                                        f"lost; give each its own path, or pass --overwrite\n")
     assert (tmp_path / "results.json").read_bytes() == (ONE / "results.json").read_bytes()
+
+
+AVX2 = BENCH / "amd-epyc-avx2-2cpu"
+
+
+def test_compare_refuses_runs_of_different_workloads(capsys):
+    lm, classifier = AVX2 / "2026-12-07-lm-small", AVX2 / "2026-12-07-default-2"
+    assert bench.main(["compare", str(lm), str(classifier)]) == 2
+    assert capsys.readouterr() == ("", f"error: compare: {lm} is a run of the language model and {classifier} one of "
+                                       f"the classifier: their steps do different work; compare needs runs of one "
+                                       f"workload\n")
+
+
+def test_coverage_refuses_runs_of_different_workloads(capsys):
+    runs = [str(AVX2 / r) for r in ("2026-12-07-default-2", "2026-12-07-default-1", "2026-12-07-lm-small")]
+    assert bench.main(["coverage", *runs]) == 2
+    assert capsys.readouterr().err == (f"error: coverage: {runs[0]} is a run of the classifier and {runs[2]} one of "
+                                       f"the language model: their steps do different work; coverage needs runs of "
+                                       f"one workload\n")
+
+
+def test_coverage_refuses_runs_of_different_configurations(tmp_path, capsys):
+    doc = json.loads((ONE / "results.json").read_text(encoding="utf-8"))
+    doc["base_config"] = {**doc["base_config"], "hidden_dim": 512, "seed": 7}  # the seed alone would not count
+    (tmp_path / "results.json").write_text(json.dumps(doc), encoding="utf-8")
+    assert bench.main(["coverage", str(ONE), str(TWO), str(tmp_path)]) == 2
+    assert capsys.readouterr().err == (f"error: coverage: {ONE} and {tmp_path} are runs of different configurations "
+                                       f"(hidden_dim 256 and 512); coverage needs runs of one configuration on one "
+                                       f"machine\n")
+
+
+def test_coverage_refuses_runs_of_different_machines(capsys):
+    runs = [str(AVX2 / "2026-12-07-default-2"), str(AVX2 / "2026-12-07-default-1"),
+            str(BENCH / "amd-epyc-avx512-2cpu" / "2026-12-06-default")]
+    assert bench.main(["coverage", *runs]) == 2
+    assert capsys.readouterr().err == (f"error: coverage: {runs[0]} and {runs[2]} ran on different machines or devices "
+                                       f"(AMD EPYC, avx2, 2 CPUs, device auto; AMD EPYC, avx512, 2 CPUs, device auto); "
+                                       f"coverage needs runs of one configuration on one machine\n")
+
+
+def test_a_run_recorded_before_a_field_existed_reads_as_its_default():
+    old = {"base_config": {"workload": "classifier", "hidden_dim": 256}}  # no cell, no flax_api: not there yet
+    assert crossrun.configuration(old) == crossrun.configuration({"base_config": {"cell": "lstm", "hidden_dim": 256,
+                                                                                  "flax_api": "linen"}})

@@ -1,10 +1,16 @@
-"""The loop-cost decomposition: its differences are per-round arithmetic on the pieces, and every piece runs."""
+"""The loop-cost decomposition: its differences are per-round arithmetic on the pieces, and every piece runs; sizes
+beyond the memory are refused before any."""
 import json
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from benchmarks import loop_cost
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 def test_a_difference_is_the_first_piece_less_the_others_round_by_round():
@@ -63,3 +69,28 @@ def test_an_out_that_cannot_hold_the_file_is_refused_before_measuring(tmp_path, 
     assert loop_cost.main(["--out", str(out)]) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"error: --out {out}: ") and err.endswith(f"{message}\n") and err.count("\n") == 1
+
+
+@pytest.mark.parametrize("argv, sizes", [
+    (["--hidden", "1000000000"], "--batch 50, --steps 200, --hidden 1000000000 and --input 256"),
+    (["--hidden", "100000"], "--batch 50, --steps 200, --hidden 100000 and --input 256"),
+    (["--steps", str(10**12)], f"--batch 50, --steps {10**12}, --hidden 256 and --input 256"),
+])
+def test_sizes_beyond_the_memory_are_refused_in_one_line_before_measuring(argv, sizes, capsys, never_measured):
+    assert loop_cost.main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {sizes} need about ") and err.count("\n") == 1
+    assert err.endswith(" this process can have; make the largest of them smaller\n")
+
+
+def test_the_memory_estimate_counts_the_gates_inputs_and_weights():
+    # B 2, T 3, H 4, D 5: 6 steps × (5 gate arrays × 16 + 2 inputs × 5) + 3 weight copies × 16 × 9, float32
+    assert loop_cost.needed_bytes(2, 3, 4, 5) == 4 * (6 * (5 * 16 + 2 * 5) + 3 * 16 * 9)
+
+
+def test_a_size_xla_cannot_even_describe_is_one_line_from_the_real_command_line():
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.loop_cost", "--hidden", "1000000000"], cwd=REPO,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and proc.stdout == ""  # not SIGABRT (-6) from XLA's C++
+    assert proc.stderr.startswith("error: --batch 50, --steps 200, --hidden 1000000000 and --input 256 need about ")
+    assert proc.stderr.count("\n") == 1

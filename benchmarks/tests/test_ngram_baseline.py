@@ -145,8 +145,8 @@ def test_a_split_too_short_for_the_evaluation_columns_is_refused_before_fitting(
     monkeypatch.setattr(ngram_baseline, "fit", lambda *args: pytest.fail("fitted before refusing"))
     (tmp_path / "short.txt").write_text("a b\n" * 40, encoding="utf-8")
     assert ngram_baseline.main(["--data", str(tmp_path / "short.txt")]) == 2
-    assert capsys.readouterr().err.startswith("error: the val split has 12 words (<eos> included), too few for batch "
-                                              "size 10")
+    assert capsys.readouterr().err.startswith("error: the val split has 12 words (<eos> included), too few for the "
+                                              "evaluation's fixed 10 columns")
 
 
 def test_unk_in_val_but_never_in_train_is_refused(corpus, capsys):
@@ -186,7 +186,10 @@ def never_measured(monkeypatch):
 
 @pytest.mark.parametrize("argv, message", [
     (["--data", "missing.txt"], "missing.txt"),
-    (["--order", "0"], "error: python -m benchmarks.ngram_baseline: argument --order: must be > 0, got 0\n"),
+    (["--order", "0"], "error: python -m benchmarks.ngram_baseline: argument --order: must be between 1 and 10 "
+     "(beyond 10, hardly any n-gram of the highest order occurs twice: nothing to estimate), got 0\n"),
+    (["--order", "1000"], "error: python -m benchmarks.ngram_baseline: argument --order: must be between 1 and 10 "
+     "(beyond 10, hardly any n-gram of the highest order occurs twice: nothing to estimate), got 1000\n"),
     (["--order", "x"], "error: python -m benchmarks.ngram_baseline: argument --order: invalid int value: 'x'\n"),
     (["--discount", "0"], "argument --discount: invalid discount (0 < D <= 1) value: '0'\n"),
     (["--max-vocab", "2"], "max_vocab must be 0 or >= 3"),

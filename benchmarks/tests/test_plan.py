@@ -37,7 +37,7 @@ def test_parse_sweep_refuses_an_empty_field_or_value_rather_than_dropping_it(spe
 ])
 def test_int_list_refuses_an_empty_list_or_value(spec, message):
     with pytest.raises(ConfigError) as err:
-        plan.int_list(spec, "--seeds", 0, "non-negative")
+        plan.int_list(spec, "--seeds", 0)
     assert str(err.value) == message
 
 

@@ -3,6 +3,9 @@ exists, no speed figure is typed outside a block in README.md or docs/*.md, and 
 sit in its dated log, each entry naming sources that exist. Also the views themselves, on the published runs."""
 import copy
 import re
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -23,7 +26,9 @@ DTYPE_INTEL = Path("docs/bench/intel-xeon-avx512-2cpu/2026-12-05-sweep-dtype")
 
 def outside_blocks(text: str) -> str:
     """``text`` with every generated block's body blanked (its lines kept, so line numbers still count)."""
-    return publish.BLOCK.sub(lambda m: m["open"] + re.sub(r"[^\n]", "", m["body"]) + m["close"], text)
+    for b in reversed(publish.find_blocks(Path("page.md"), text)):
+        text = text[:b.start] + re.sub(r"[^\n]", "", b.body) + text[b.start + len(b.body):]
+    return text
 
 
 def hand_figures(text: str) -> list[str]:
@@ -168,11 +173,11 @@ def test_the_views_render_whatever_rows_a_run_has():
 def test_every_link_a_block_writes_points_at_a_file_that_exists():
     checked = 0
     for page in publish.pages():
-        for block in publish.BLOCK.finditer((ROOT / page).read_text(encoding="utf-8")):
-            for target in re.findall(r"\]\(([^)#]+)\)", block["body"]):
+        for block in publish.find_blocks(page, (ROOT / page).read_text(encoding="utf-8")):
+            for target in re.findall(r"\]\(([^)#]+)\)", block.body):
                 assert (ROOT / page.parent / target).is_file(), f"{page}: {target}"
                 checked += 1
-    assert checked == sum(len(list(publish.BLOCK.finditer((ROOT / p).read_text(encoding="utf-8"))))
+    assert checked == sum(len(publish.find_blocks(p, (ROOT / p).read_text(encoding="utf-8")))
                           for p in publish.pages())  # one provenance link a block
 
 
@@ -188,3 +193,81 @@ def test_a_bad_flag_is_one_line_and_exit_2(capsys):
     assert publish.main(["--bogus"]) == 2
     err = capsys.readouterr().err
     assert err == "error: python -m benchmarks.publish: unrecognized arguments: --bogus\n"
+
+
+@pytest.fixture
+def site(tmp_path: Path) -> Path:
+    """A copy of the pages, the published runs and the code that publishes them: the publisher run there (its root
+    is where its code lies) never touches the real docs."""
+    ignore = shutil.ignore_patterns("tests", "__pycache__", "*.png")
+    for folder in ("benchmarks", "common", "docs"):
+        shutil.copytree(ROOT / folder, tmp_path / folder, ignore=ignore)
+    shutil.copy(ROOT / "README.md", tmp_path / "README.md")
+    return tmp_path
+
+
+def publish_in(site: Path, *args: str) -> subprocess.CompletedProcess:
+    """``python -m benchmarks.publish ARGS`` in ``site``, as a user runs it."""
+    return subprocess.run([sys.executable, "-m", "benchmarks.publish", *args], cwd=site, capture_output=True,
+                          text=True, timeout=60)
+
+
+def snapshot(site: Path) -> dict[Path, bytes]:
+    """Every page and published file of ``site``, by path."""
+    return {p: p.read_bytes() for p in sorted(site.rglob("*")) if p.is_file() and p.suffix in (".md", ".json")}
+
+
+def test_a_block_without_its_end_is_refused_naming_its_line_and_nothing_is_written(site):
+    page = site / "docs/language-model.md"
+    text = page.read_text(encoding="utf-8")
+    lm_small = "<!-- figures: docs/bench/amd-epyc-avx2-2cpu/2026-12-07-lm-small lm -->\n"
+    opened = text.index(lm_small)
+    close = text.index("\n<!-- /figures -->\n", opened)
+    page.write_text(text[:close] + text[close + len("\n<!-- /figures -->"):], encoding="utf-8")  # its end deleted
+    line, after = publish.line_of(text, opened), publish.line_of(text, text.index("<!-- figures:", close)) - 1
+    before = snapshot(site)
+    expected = (f"docs/language-model.md:{line}: the figure block docs/bench/amd-epyc-avx2-2cpu/2026-12-07-lm-small lm "
+                f"has no end: another opens at line {after} before its <!-- /figures -->; add it")
+    proc = publish_in(site)
+    assert (proc.returncode, proc.stdout, proc.stderr) == (2, "", f"error: {expected}\n")
+    assert snapshot(site) == before  # the hand-written lines after the block among them
+    check = publish_in(site, "--check")
+    assert (check.returncode, check.stderr) == (1, f"{expected}\n1 stale or broken; run {publish.PROG} (make docs)\n")
+    assert snapshot(site) == before
+
+
+@pytest.mark.parametrize("text, line, message", [
+    ("a\n<!-- figures: x/y headline -->\nb\n", 2, "the figure block x/y headline has no end: the page ends before "
+     "its <!-- /figures -->; add it"),
+    ("<!-- figures: x/y headline -->\n<!-- figures: x/z table -->\nb\n<!-- /figures -->\n", 1,
+     "the figure block x/y headline has no end: another opens at line 2 before its <!-- /figures -->; add it"),
+    ("a\n\n<!-- /figures -->\n", 3, "<!-- /figures --> closes no block (no opening marker above it)"),
+    ("<!-- figures: x/y -->\n<!-- /figures -->\n", 1, "a malformed figure marker '<!-- figures: x/y -->': a block "
+     "opens with '<!-- figures: SOURCE VIEW [ARG ...] -->' and closes with '<!-- /figures -->', each a line"),
+])
+def test_markers_that_do_not_pair_up_are_refused_at_their_line(text, line, message):
+    with pytest.raises(publish.Unpaired) as caught:
+        publish.blocks(Path("docs/page.md"), text)
+    assert str(caught.value) == f"docs/page.md:{line}: {message}"
+
+
+def test_regenerating_blocks_changes_their_bodies_and_nothing_else():
+    text = (f"intro\n<!-- figures: {KERNEL_AVX2} headline -->\nold\nlines\n<!-- /figures -->\nbetween `<!-- /figures "
+            f"-->` in prose\n<!-- figures: {KERNEL_AVX2} parity -->\n<!-- /figures -->\nend\n")
+    new, problems = publish.blocks(Path("docs/page.md"), text)
+    assert [p.message for p in problems] == [f"{KERNEL_AVX2} headline: stale", f"{KERNEL_AVX2} parity: stale"]
+    assert outside_blocks(new).replace("\n", "") == outside_blocks(text).replace("\n", "")
+    assert new.startswith("intro\n") and new.endswith("\n<!-- /figures -->\nend\n")
+
+
+@pytest.mark.parametrize("check", [False, True], ids=["publish", "check"])
+def test_a_results_file_that_is_not_json_is_one_line_naming_it_and_nothing_is_written(site, check):
+    results = site / "docs/bench/amd-epyc-avx2-2cpu/2026-12-07-lm-small/results.json"
+    results.write_text('{"results": [', encoding="utf-8")
+    before = snapshot(site)
+    proc = publish_in(site, *["--check"] * check)
+    assert (proc.returncode, proc.stdout) == (2, "")
+    assert proc.stderr == ("error: docs/bench/amd-epyc-avx2-2cpu/2026-12-07-lm-small/results.json: not a results "
+                           "file (Expecting value: line 1 column 14 (char 13)); restore it (git checkout) or rerun "
+                           "its command\n")
+    assert snapshot(site) == before

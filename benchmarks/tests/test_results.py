@@ -94,6 +94,20 @@ def test_the_variants_section_says_what_the_trainers_default_ran_and_why():
     assert said["jax:nofold"] == plan.variant("jax:nofold").description
 
 
+def test_the_variants_section_names_the_row_the_trainers_default_runs_from_the_workers_answer():
+    why = "XLA's fused recurrence: the language model's fastest JAX recurrence"
+    s = session(**{"fused": entry("jax:fused", [0.1] * 5, [0.05] * 5, "fused"),
+                   "scan": entry("jax:scan", [0.1] * 5, [0.05] * 5, "scan")})
+    for e in s.entries.values():
+        if e.setup and e.label.startswith("jax:"):
+            e.setup.record.update(lstm_impl_default="fused", lstm_impl_default_why=why)
+    said = results.descriptions(s, [plan.variant("jax:fused"), plan.variant("jax:scan")], "lm")
+    assert said["jax:fused"] == (plan.variant("jax:fused").lm_description + ". jax_impl.train's default here "
+                                 f"(--lstm-impl auto: {why})")
+    assert said["jax:scan"] == plan.variant("jax:scan").lm_description  # not the default: said of no other row
+    assert "default" not in said["jax:scan"]
+
+
 def test_torch_eager_on_a_gpu_without_cudnn_is_a_fallback_and_takes_every_comparison_with_it():
     s = session()
     s.entries["torch:eager#1"].setup.info["device"] = "cuda"

@@ -1,11 +1,12 @@
-"""What a worker reports beyond times: the dtypes the LSTM's ops computed in, and a variant the library cannot
-compute, as not applicable with the library's reason."""
+"""What a worker reports beyond times: the dtypes the LSTM's ops computed in, a variant the library cannot compute,
+as not applicable with the library's reason, and what the JAX trainer's default runs."""
 import pytest
 import torch
 from torch.profiler import ProfilerActivity, profile
 
 from benchmarks import harness
 from benchmarks.sides import lstm_op_dtypes
+from common.tests.lm_corpus import LM_TINY, write_lm_corpus
 from torch_impl.model import SentimentRNN
 from torch_impl.numerics import autocast, lacks_bfloat16_lstm
 
@@ -50,3 +51,18 @@ def test_a_variant_the_library_cannot_compute_is_not_applicable_with_its_reason(
     result = entries[entry.key]
     assert (result.status, result.setup) == ("n/a", None)
     assert result.error.startswith("--lstm-impl fused: it does not implement bfloat16's mixed precision")
+
+
+@pytest.mark.parametrize("cell", ["lstm", "gru"])
+def test_a_jax_worker_reports_what_the_trainers_default_runs_whatever_its_variant_names(tmp_path, cell):
+    from jax_impl.recurrences import choice
+    corpus = write_lm_corpus(tmp_path / "corpus.txt")
+    config = {**LM_TINY, "data": str(corpus), "cell": cell, "lstm_impl": "flax"}
+    member = harness.Member(harness.Entry("jax:flax", "jax", config, timeout_s=120), "cpu", tmp_path)
+    try:
+        assert harness.outcome(member.request({"op": "load", "config": config, "threads": 1}))[0] == "ok"
+        record = member.request({"op": "setup", "warmup": 0, "phases": [], "overheads": False})["record"]
+    finally:
+        member.close()
+    impl, why = choice.auto(choice.Run(workload="lm", platform="cpu", cell=cell))
+    assert (record["lstm_impl"], record["lstm_impl_default"], record["lstm_impl_default_why"]) == ("flax", impl, why)

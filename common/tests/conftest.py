@@ -1,6 +1,7 @@
 """Shared helpers for the tests of ``common``: small corpora written in code, and the data CLI in a subprocess."""
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -15,6 +16,33 @@ def run_python(args: list[str], timeout: float = 60) -> subprocess.CompletedProc
     """``python ARGS`` from the repository root with this interpreter (a fresh process: clean sys.modules)."""
     return subprocess.run([sys.executable, *args], cwd=REPO_ROOT, capture_output=True, text=True,
                           timeout=timeout)
+
+
+# Runs ``python ARGS`` without the two Linux capabilities by which root reads and lists what file modes forbid
+# (CAP_DAC_OVERRIDE 1 and CAP_DAC_READ_SEARCH 2, capabilities(7)): dropped from its bounding set (prctl
+# PR_CAPBSET_DROP, 24), then the program exec'd, which keeps root's others. A process of its own, not a preexec_fn: the
+# test process may run threads (JAX's), which a fork before exec would copy in whatever state they are in.
+_WITHOUT_READ_OVERRIDE = """
+import ctypes, os, sys
+libc = ctypes.CDLL(None, use_errno=True)
+for cap in (1, 2):
+    if libc.prctl(24, cap, 0, 0, 0) != 0:
+        sys.exit(f"prctl(PR_CAPBSET_DROP, {cap}): {os.strerror(ctypes.get_errno())}")
+os.execv(sys.executable, [sys.executable, *sys.argv[1:]])
+"""
+
+
+def run_python_bound_by_modes(args: list[str], timeout: float = 120) -> subprocess.CompletedProcess:
+    """:func:`run_python`, the program bound by file modes even where the tests run as root (who reads any file):
+    its capabilities to ignore them dropped (a user who is not root has none to drop). Skips the test where they
+    cannot be dropped (a container without CAP_SETPCAP)."""
+    if os.geteuid() != 0:
+        return run_python(args, timeout)
+    probe = run_python(["-c", _WITHOUT_READ_OVERRIDE, "-c", "pass"])
+    if probe.returncode != 0:
+        pytest.skip(f"root here cannot drop its capability to read any file ({probe.stderr.strip()}), so no file is "
+                    f"unreadable to it")
+    return run_python(["-c", _WITHOUT_READ_OVERRIDE, *args], timeout)
 
 
 @pytest.fixture

@@ -55,6 +55,18 @@ def test_round_trip_is_bitwise(ckpt):
     assert {n: getattr(loaded.config, n) for n in MODEL_FIELDS} == {n: getattr(CFG, n) for n in MODEL_FIELDS}
 
 
+def _refuse_constant(name: str):
+    raise ValueError(f"{name} is not JSON")
+
+
+def test_a_meta_number_that_is_not_finite_is_written_as_null_and_read_back_as_none(tmp_path):
+    meta = {"val_loss": 710.0, "val_perplexity": float("inf"), "step": 3, "losses": [float("nan"), 1.0]}
+    ckpt = save_checkpoint(tmp_path / "ckpt", _params(), CFG, VOCAB, "char", meta=meta)
+    written = json.loads((ckpt / CONFIG_FILE).read_text(encoding="utf-8"), parse_constant=_refuse_constant)
+    assert written["meta"] == {"val_loss": 710.0, "val_perplexity": None, "step": 3, "losses": [None, 1.0]}
+    assert load_checkpoint(ckpt).meta == written["meta"]
+
+
 def test_checkpoint_directory_holds_exactly_the_three_files_and_their_checksums(ckpt):
     assert sorted(p.name for p in ckpt.iterdir()) == sorted([CONFIG_FILE, VOCAB_FILE, WEIGHTS_FILE, CHECKSUM_FILE])
     listed = [line.split("  ")[2] for line in (ckpt / CHECKSUM_FILE).read_text(encoding="utf-8").splitlines()]

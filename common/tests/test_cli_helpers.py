@@ -80,6 +80,28 @@ def test_a_count_option_below_its_minimum_is_one_line_naming_the_option():
         parser.parse_args(["--steps", "1.5"])
 
 
+def test_a_count_option_above_its_maximum_is_one_line_naming_the_range():
+    from common.config import Parser, int_at_least
+
+    parser = Parser(prog="python -m tool")
+    parser.add_argument("--steps", type=int_at_least(1, 10))
+    assert parser.parse_args(["--steps", "10"]).steps == 10
+    with pytest.raises(ConfigError) as refused:
+        parser.parse_args(["--steps", "11"])
+    assert str(refused.value) == "python -m tool: argument --steps: must be between 1 and 10, got 11"
+
+
+@pytest.mark.parametrize("twin", ["torch_impl", "jax_impl"])
+def test_predict_refuses_more_words_than_its_bound_before_reading_the_checkpoint(tmp_path, twin):
+    from common.predict import MAX_WORDS
+    from common.tests.conftest import run_python
+
+    proc = run_python(["-m", f"{twin}.predict", str(tmp_path / "absent"), "中国", "--words", "1000000000"])
+    assert (proc.returncode, proc.stdout) == (2, "")
+    assert proc.stderr == (f"error: python -m {twin}.predict: argument --words: must be between 1 and {MAX_WORDS}, "
+                           f"got 1000000000\n")
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("argv, status", [(["--steps", "x"], 2), (["--help"], 0)])
 def test_the_float64_runner_errs_in_one_line_and_helps_with_status_0(argv, status):

@@ -157,3 +157,33 @@ def test_a_trainer_refuses_a_seed_past_the_limit_in_one_line_before_any_work(mod
     assert train.main(["--seed", str(INT64_MAX + 1), "--data", "no-such-corpus.csv"]) == 2  # refused before reading
     assert capsys.readouterr().err == ("error: --seed must be between 0 and 9223372036854775807, "
                                        "got 9223372036854775808\n")
+
+
+FREE_TEXT = [f.name for f in dataclasses.fields(Config) if f.type in (str, str | None) and not f.metadata["choices"]]
+
+
+def test_the_free_text_flags_are_the_paths_and_the_column_names():
+    assert FREE_TEXT == ["data", "pos", "neg", "text_column", "label_column", "init_from", "save_dir", "metrics_out",
+                         "checkpoint_dir", "resume"]
+
+
+@pytest.mark.parametrize("name", FREE_TEXT)
+def test_an_empty_value_is_refused_naming_the_flag(name):
+    # --data '' read as the path '.', and an empty --metrics-out or --resume as the flag left out: silently.
+    with pytest.raises(ConfigError) as refused:
+        Config(**{name: ""})
+    assert str(refused.value) == f"--{name.replace('_', '-')} is empty: give it a value, or leave it out"
+
+
+def test_the_lstm_impl_help_says_what_auto_chooses_for_each_workload():
+    choice = pytest.importorskip("jax_impl.recurrences.choice")
+    help_text = " ".join(next(f for f in dataclasses.fields(Config) if f.name == "lstm_impl").metadata["help"].split())
+    said = {"for the LM, fused for the LSTM and scan for the GRU": [choice.Run("lm", cell="lstm"),
+                                                                     choice.Run("lm", cell="gru")],
+            "scan under bfloat16": [choice.Run(dtype="bfloat16")],
+            "flax under --flax-api nnx": [choice.Run(flax_api="nnx")],
+            "else fused": [choice.Run(platform="gpu")]}
+    assert [choice.auto(run)[0] for runs in said.values() for run in runs] == ["fused", "scan", "scan", "flax", "fused"]
+    assert all(words in help_text for words in said)
+    assert "kernel on one CPU device in float32 where its library is built and runs its AVX2 or AVX-512 tiles" in (
+        help_text)

@@ -148,12 +148,14 @@ def test_missing_path_is_a_data_error():
         load_corpus("/nonexistent/corpus.csv")
 
 
-@pytest.mark.parametrize("content", ["", "\n  \n"])
-def test_empty_table_is_refused(tmp_path, content):
+@pytest.mark.parametrize("content, said", [("", "the file is empty"),
+                                           ("\n  \n", "the file holds no text, only blank lines")])
+def test_a_table_without_text_is_refused_saying_whether_it_is_empty_or_blank(tmp_path, content, said):
     path = tmp_path / "c.csv"
     path.write_text(content, encoding="utf-8")
-    with pytest.raises(DataError, match="the file is empty"):
+    with pytest.raises(DataError) as refused:
         load_table(path)
+    assert str(refused.value) == f"{path}: {said}"
 
 
 def test_non_utf8_bytes_name_file_and_line(tmp_path):
@@ -226,10 +228,10 @@ def test_pos_neg_files_win_over_data(tmp_path):
     assert texts == ["good", "bad"]
 
 
-def test_empty_pos_file_is_refused(tmp_path):
-    (tmp_path / "p.txt").write_text("\n\n", encoding="utf-8")
+def test_a_pos_file_of_blank_lines_is_refused_as_holding_no_text(tmp_path):
+    (tmp_path / "p.txt").write_text("\n \t\n", encoding="utf-8")
     (tmp_path / "n.txt").write_text("bad\n", encoding="utf-8")
-    with pytest.raises(DataError, match=r"p\.txt: the file is empty"):
+    with pytest.raises(DataError, match=r"p\.txt: the file holds no text, only blank lines$"):
         load_pos_neg(tmp_path / "p.txt", tmp_path / "n.txt")
 
 

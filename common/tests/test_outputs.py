@@ -2,9 +2,11 @@
 (common.loop.run_outputs), and the modes of what a save writes."""
 from __future__ import annotations
 
+import json
 import os
 import signal
 import stat
+from dataclasses import asdict
 from pathlib import Path
 
 import pytest
@@ -13,9 +15,10 @@ from common import interrupts
 from common.checkpoint import save_checkpoint
 from common.config import Config
 from common.errors import ConfigError
-from common.files import Output, atomic_dir, check_outputs, ordinary_modes
+from common.files import Output, atomic_dir, check_outputs, ordinary_modes, write_json
 from common.loop import run_outputs
 from common.params import init_params
+from common.runstate import PROGRESS_FILE, Progress
 from common.tests.conftest import run_python
 from common.text import Vocab
 
@@ -147,6 +150,26 @@ def test_an_output_inside_a_file_output_is_refused(tmp_path):
                                  f"a file; give each its own path")
 
 
+@pytest.mark.parametrize("name", ["step_00000042", ".step_00000042.tmp-x1", "step_00000042.orbax-checkpoint-tmp-1"])
+def test_an_output_inside_a_step_directory_of_any_run_is_refused_even_with_overwrite(tmp_path, name):
+    # No --checkpoint-dir among the outputs: the step directory is another run's, which its own pruning removes.
+    out = Output("--checkpoint-dir", tmp_path / "run" / name / "x", **STEP_DIRS)
+    message = (f"--checkpoint-dir {out.path}: inside {tmp_path / 'run' / name}, a training checkpoint's directory by "
+               f"its name (step_N), which pruning a run's old checkpoints removes with everything in it; give it a "
+               f"path outside any step_* directory")
+    assert _refusal([out]) == message and _refusal([out], overwrite=True) == message
+
+
+def test_an_output_named_as_a_step_directory_is_refused(tmp_path):
+    assert _refusal([Output("--save-dir", tmp_path / "step_00000001", **SAVE_DIR)]) == (
+        f"--save-dir {tmp_path / 'step_00000001'}: a training checkpoint's directory by its name (step_N), which "
+        f"pruning a run's old checkpoints removes with everything in it; give it a path outside any step_* directory")
+
+
+def test_a_name_that_only_starts_like_a_step_directory_is_accepted(tmp_path):
+    check_outputs([Output("--save-dir", tmp_path / "step_size_study" / "best", **SAVE_DIR)], overwrite=False)
+
+
 def test_outputs_are_compared_where_their_paths_lead(tmp_path):
     (tmp_path / "real").mkdir()
     (tmp_path / "link").symlink_to(tmp_path / "real")
@@ -207,6 +230,34 @@ def test_a_resumed_run_goes_on_with_its_own_metrics_log(tmp_path):
     assert _run_refusal(metrics_out=str(tmp_path / "m.jsonl")).startswith(f"--metrics-out {tmp_path / 'm.jsonl'}: "
                                                                            f"exists; pass --overwrite")
     check_outputs(run_outputs(Config(metrics_out=str(tmp_path / "m.jsonl"), resume=str(tmp_path / "run"))), False)
+
+
+def _run_with_id(root: Path, run_id: str | None) -> Path:
+    """``root`` holding one step directory whose progress record names ``run_id``, as a twin leaves it."""
+    (root / "step_00000002").mkdir(parents=True)
+    write_json(root / "step_00000002" / PROGRESS_FILE, asdict(Progress(2, 0, 2, run_id=run_id)))
+    return root
+
+
+def _log_of(path: Path, run_id: str | None) -> Path:
+    header = {"step": 0, "run": {"framework": "torch"}, **({"run_id": run_id} if run_id else {})}
+    path.write_text(json.dumps(header) + '\n{"step": 1, "epoch": 1, "loss": 0.5}\n', encoding="utf-8")
+    return path
+
+
+@pytest.mark.parametrize("log_id", ["another", None])
+def test_a_resume_refuses_a_metrics_log_that_is_not_its_runs_unless_overwrite(tmp_path, log_id):
+    run, log = _run_with_id(tmp_path / "run", "mine"), _log_of(tmp_path / "m.jsonl", log_id)
+    assert _run_refusal(resume=str(run), metrics_out=str(log)) == (
+        f"--metrics-out {log}: not the metrics log of the run in --resume {run} (its first record names another run, "
+        f"or none), and resuming would cut it and add this run's records to it; give a new path, or pass --overwrite "
+        f"to start it afresh")
+    check_outputs(run_outputs(Config(resume=str(run), metrics_out=str(log), overwrite=True)), overwrite=True)
+
+
+def test_a_resume_goes_on_with_the_metrics_log_whose_first_record_names_its_run(tmp_path):
+    run, log = _run_with_id(tmp_path / "run", "mine"), _log_of(tmp_path / "m.jsonl", "mine")
+    check_outputs(run_outputs(Config(resume=str(run), metrics_out=str(log))), overwrite=False)
 
 
 @pytest.mark.slow

@@ -119,6 +119,13 @@ def test_resume_names_every_setting_that_differs_before_reading_any_state(tmp_pa
         load_latest(tmp_path, _never_read, cfg=Config(hidden_dim=16, lr=0.01), vocab_size=62, framework="torch")
 
 
+def test_a_boolean_setting_that_differs_is_named_as_its_flags_are_spelt(tmp_path):
+    _settings_step(tmp_path, Config.for_workload("lm", tied=False))
+    with pytest.raises(ConfigError, match=r"the run was trained with --no-tied, not --tied; --detach, not "
+                                          r"--no-detach\. Resume"):
+        load_latest(tmp_path, _never_read, cfg=Config.for_workload("lm", tied=True, detach=False))
+
+
 def test_resume_of_the_other_twins_run_is_refused_naming_the_twin(tmp_path):
     _settings_step(tmp_path, Config(), progress_file="progress/metadata")  # an Orbax JSON item: the JAX twin's
     with pytest.raises(ConfigError, match=r"the run was written by the JAX twin \(python -m jax_impl.train\), whose "

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from common import loop
-from common.config import LM_DEFAULTS, Config, parse_config
+from common.config import LM_DEFAULTS, WORKLOAD_ONLY, Config, parse_config
 from common.errors import ConfigError
 from common.tests.lm_corpus import LM_TINY, write_lm_corpus
 from common.workloads import LanguageModel, Window, load_run
@@ -37,6 +37,8 @@ def test_the_classifier_keeps_its_own_defaults():
 
 @pytest.mark.parametrize("argv, refused", [
     (["--workload", "lm", "--padding", "right"], "--padding is not a setting of the lm workload"),
+    (["--workload", "lm", "--split-seed", "3"], "--split-seed is not a setting of the lm workload"),
+    (["--workload", "lm", "--flax-api", "nnx"], "--flax-api is not a setting of the lm workload"),
     (["--workload", "lm", "--seq-len", "50"], "--seq-len is not a setting of the lm workload"),
     (["--cell", "gru"], "--cell is not a setting of the classifier workload"),
     (["--bptt", "20"], "--bptt is not a setting of the classifier workload"),
@@ -47,6 +49,67 @@ def test_the_classifier_keeps_its_own_defaults():
 def test_a_setting_of_the_other_workload_is_refused_in_one_line(argv, refused):
     with pytest.raises(ConfigError, match=refused.replace("=", "=").replace("-", "\\-")):
         parse_config(argv, "prog", "")
+
+
+def test_each_workload_names_the_settings_the_other_refuses():
+    # The audit of every field against both workloads: these are read by one workload's code alone. Every other
+    # field serves both (--carry reset: the language model's windows each start from zeros too; --detach, --dropout,
+    # --max-vocab, --lstm-impl, --torch-compile, ...).
+    assert WORKLOAD_ONLY == {
+        "classifier": ("pos", "neg", "text_column", "label_column", "tokenizer", "min_freq", "seq_len", "padding",
+                       "split_seed", "fc_dropout", "embed_fold", "flax_api", "tbptt"),
+        "lm": ("cell", "tied", "bptt")}
+
+
+def _another_value(name: str):
+    """A valid value of field ``name`` other than its default."""
+    f = Config.__dataclass_fields__[name]
+    if f.metadata["choices"]:
+        return next(c for c in f.metadata["choices"] if c != f.default)
+    return {bool: lambda d: not d, int: lambda d: d + 1, float: lambda d: d / 2, str: lambda d: d + "x"}[
+        type(f.default)](f.default)
+
+
+@pytest.mark.parametrize("workload, name", [(w, n) for w, names in WORKLOAD_ONLY.items() for n in names
+                                            if n not in ("pos", "neg")])
+def test_every_setting_of_one_workload_is_refused_by_the_other(workload, name):
+    other = next(w for w in WORKLOAD_ONLY if w != workload)
+    owner = {"classifier": "the classifier's", "lm": "the language model's"}[workload]
+    with pytest.raises(ConfigError) as refused:
+        Config.for_workload(other, **{name: _another_value(name)})
+    flag = "--" + name.replace("_", "-")
+    assert str(refused.value) == (f"{flag} is not a setting of the {other} workload (--workload {other}): it is "
+                                  f"{owner}; leave it out")
+
+
+def test_the_classifiers_two_files_under_the_lm_are_refused_as_the_classifiers_not_blamed_on_its_data():
+    with pytest.raises(ConfigError) as refused:
+        parse_config(["--workload", "lm", "--pos", "p.txt", "--neg", "n.txt"], "prog", "")
+    assert str(refused.value) == ("--pos and --neg are not settings of the lm workload (--workload lm): they are the "
+                                  "classifier's two files of texts, one per class; the language model reads --data. "
+                                  "Leave them out")
+
+
+@pytest.mark.parametrize("workload, specials", [("lm", "<unk>, <eos> and one word"),
+                                                ("classifier", "<pad>, <unk> and one token")])
+def test_a_vocabulary_too_small_names_the_workloads_own_special_tokens(workload, specials):
+    with pytest.raises(ConfigError) as refused:
+        Config.for_workload(workload, max_vocab=2)
+    assert str(refused.value) == f"--max-vocab must be 0 or >= 3 ({specials}), got 2"
+
+
+def test_carry_reset_starts_every_language_model_window_from_zeros(lm_run):
+    cfg, data, _ = lm_run
+
+    class Counting(_UniformTwin):
+        def train_step(self, state, carry, window):
+            self.carries.append(carry)
+            return state, ("after", window.size), 0.0
+
+    for carry, expected in (("stateful", ("after", 4)), ("reset", ("zeros", None))):
+        twin = Counting(len(data.vocab))
+        list(loop.train_steps(twin, None, data.train, cfg.replace(carry=carry), epochs=1))
+        assert twin.carries[1:] == [expected] * 25
 
 
 def test_the_lm_run_batchifies_train_into_batch_size_columns_and_evaluation_into_ten(lm_run):

@@ -98,8 +98,8 @@ def test_a_size_beyond_the_machine_is_one_line_and_exit_status_2(corpus, capsys)
                                "stock cell (leave --lstm-impl auto, or pass --flax-api linen)"),
     (["--dtype", "bfloat16"], "--flax-api nnx: it computes float32 or float64: PyTorch's bfloat16 autocast rules are "
                               "implemented in linen's scan stack only (use --flax-api linen)"),
-    (["--workload", "lm"], "--flax-api nnx: it is the classifier's; the language model is written in linen (leave "
-                           "--flax-api linen)"),
+    (["--workload", "lm"], "--flax-api is not a setting of the lm workload (--workload lm): it is the classifier's; "
+                           "leave it out"),
 ], ids=["lstm-impl", "bfloat16", "lm"])
 def test_what_flax_api_nnx_cannot_run_is_one_line_and_exit_status_2_before_the_data_is_read(tmp_path, capsys, flags,
                                                                                            message):

@@ -129,6 +129,66 @@ def test_reading_a_checkpoint_logs_no_warning(small, reference, caplog):
     assert [record.getMessage() for record in caplog.records] == []
 
 
+# Saves step 4, then is killed by SIGKILL inside the save of step 8, with Orbax's writes under way: when the save
+# waits for them (its second wait: the first, at the save's start, waits for an earlier save). The debris a kill
+# mid-save leaves.
+KILLED_IN_A_SAVE = """
+import os, signal, sys
+from types import SimpleNamespace
+import jax.numpy as jnp
+import orbax.checkpoint as ocp
+from common.runstate import Progress
+from jax_impl.state import save_training_state
+state = lambda step: SimpleNamespace(params={"w": jnp.ones(3)}, opt_state=(), step=jnp.int32(step))
+save_training_state(sys.argv[1], Progress(4, 0, 4), state(4), jnp.zeros(2), keep=3)
+waits, wait = [], ocp.CheckpointManager.wait_until_finished
+def dying(manager):
+    waits.append(manager)
+    if len(waits) == 2:
+        os.kill(os.getpid(), signal.SIGKILL)
+    return wait(manager)
+ocp.CheckpointManager.wait_until_finished = dying
+save_training_state(sys.argv[1], Progress(8, 0, 8), state(8), jnp.zeros(2), keep=3)
+"""
+
+
+def test_a_save_after_a_kill_inside_a_save_logs_no_warning_and_leaves_no_debris(tmp_path, caplog):
+    from types import SimpleNamespace
+
+    import jax.numpy as jnp
+    import orbax.checkpoint as ocp
+
+    killed = subprocess.run([sys.executable, "-c", KILLED_IN_A_SAVE, str(tmp_path)], capture_output=True, text=True,
+                            timeout=120)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    assert ocp.step.tmp_checkpoints(tmp_path) != []  # Orbax's temporary step directory, half written
+    with caplog.at_level(logging.WARNING):  # Orbax logs through absl, which hands its records to logging
+        save_training_state(tmp_path, Progress(8, 0, 8), SimpleNamespace(
+            params={"w": jnp.ones(3)}, opt_state=(), step=jnp.int32(8)), jnp.zeros(2), keep=3)
+    assert [record.getMessage() for record in caplog.records] == []
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["step_00000004", "step_00000008"]
+
+
+def test_a_validation_that_is_not_finite_is_saved_as_standard_json(tmp_path):
+    import json
+    from types import SimpleNamespace
+
+    import jax.numpy as jnp
+
+    from common.runstate import read_progress
+
+    last_val = {"step": 2, "loss": 710.0, "perplexity": float("inf")}
+    path = save_training_state(tmp_path, Progress(2, 0, 2, best_val_loss=710.0, last_val=last_val), SimpleNamespace(
+        params={"w": jnp.ones(3)}, opt_state=(), step=jnp.int32(2)), jnp.zeros(2), keep=1)
+
+    def refuse(name):
+        raise ValueError(f"{name} is not JSON")
+
+    written = json.loads((path / PROGRESS_FILE).read_text(encoding="utf-8"), parse_constant=refuse)
+    assert written["last_val"] == {"step": 2, "loss": 710.0, "perplexity": None}
+    assert np.isnan(read_progress(path, "jax").last_val["perplexity"])
+
+
 def damage(path: Path) -> None:
     data = path.read_bytes()
     path.write_bytes(data[: len(data) // 2] if len(data) > 1 else b"\xff\xfe")

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import stat
 
@@ -62,6 +63,20 @@ def test_the_last_validation_travels_in_the_progress_record(tmp_path):
     last_val = {"step": 7, "loss": 0.25, "accuracy": 0.75}
     path = write_checkpoint(tmp_path, Progress(7, 0, 7, last_val=last_val), _state("s7"))
     assert read_progress(path).last_val == last_val
+
+
+def test_a_validation_that_is_not_finite_is_written_as_null_and_read_back_as_nan(tmp_path):
+    last_val = {"step": 7, "loss": 710.0, "perplexity": float("inf")}
+    path = write_checkpoint(tmp_path, Progress(7, 0, 7, best_val_loss=float("nan"), last_val=last_val), _state("s7"))
+    written = json.loads((path / PROGRESS_FILE).read_text(encoding="utf-8"), parse_constant=_refuse_constant)
+    assert (written["best_val_loss"], written["last_val"]) == (None, {"step": 7, "loss": 710.0, "perplexity": None})
+    progress = read_progress(path)
+    assert progress.best_val_loss is None and progress.last_val["loss"] == 710.0
+    assert math.isnan(progress.last_val["perplexity"])
+
+
+def _refuse_constant(name: str):
+    raise ValueError(f"{name} is not JSON")
 
 
 def test_a_training_checkpoint_gets_the_ordinary_modes_under_the_umask(tmp_path):

@@ -2,6 +2,9 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -11,10 +14,13 @@ from common import loop
 from common.checkpoint import load_checkpoint, save_checkpoint
 from common.config import Config
 from common.errors import ConfigError
+from common.metrics import read_metrics, training_steps
+from common.runstate import checkpoint_dirs, read_progress
+from common.tests.lm_corpus import lm_args, write_lm_corpus
 from torch_impl import predict as torch_predict
 from torch_impl import train as torch_train
 from torch_impl.model import export_params, model_from_config
-from torch_impl.tests.conftest import run_cli, tiny_args
+from torch_impl.tests.conftest import ROOT, run_cli, tiny_args
 
 
 def test_no_detach_stops_at_the_second_batch_in_one_line(tiny_cfg):
@@ -111,6 +117,18 @@ def test_short_run_on_the_real_corpus(tmp_path):
     assert records[0]["run"]["flush_denormal"] is True and records[0]["run"]["allow_tf32"] is False
 
 
+@pytest.mark.slow
+def test_a_torch_compile_run_exits_after_done(tmp_path):
+    # An empty compile cache: Inductor then compiles in a pool of threads that stays alive, idle, after the run.
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT),
+           "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor")}
+    args = lm_args(write_lm_corpus(tmp_path / "lm.txt"), max_steps=2, torch_compile=True)
+    proc = subprocess.run([sys.executable, "-m", "torch_impl.train", *args], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=500)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines()[-1].startswith("done: 2 steps")
+
+
 def test_unwritable_checkpoint_dir_is_one_line_before_training(tmp_path, tiny_cfg, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "runs").write_text("a file where the run directories would go")
@@ -197,6 +215,36 @@ def test_a_checkpoint_dir_of_another_run_is_refused_and_kept_unless_overwrite(tm
     assert sorted(p.name for p in (tmp_path / "run").iterdir()) == ["step_00000002", "step_00000004"]
     assert torch_train.main([*args, "--max-steps", "2", "--lr", "0.01", "--overwrite"]) == 0
     assert sorted(p.name for p in (tmp_path / "run").iterdir()) == ["step_00000002"]
+
+
+def test_a_resume_refuses_another_runs_metrics_log_and_goes_on_with_its_own(tmp_path, tiny_cfg, capsys):
+    args = [*tiny_args(tiny_cfg.replace(epochs=1)), "--checkpoint-every", "4"]
+    for run, steps in (("a", "0"), ("b", "8")):  # two runs, the second stopped at step 8
+        assert torch_train.main([*args, "--checkpoint-dir", str(tmp_path / run), "--metrics-out",
+                                 str(tmp_path / f"{run}.jsonl"), "--max-steps", steps]) == 0
+    others = (tmp_path / "a.jsonl").read_bytes()
+    capsys.readouterr()
+    resume_b = [*args, "--resume", str(tmp_path / "b"), "--metrics-out"]
+    assert torch_train.main([*resume_b, str(tmp_path / "a.jsonl")]) == 2
+    assert _one_line_error(capsys).startswith(f"error: --metrics-out {tmp_path / 'a.jsonl'}: not the metrics log of "
+                                              f"the run in --resume {tmp_path / 'b'} ")
+    assert (tmp_path / "a.jsonl").read_bytes() == others
+    assert torch_train.main([*resume_b, str(tmp_path / "b.jsonl")]) == 0
+    records = read_metrics(tmp_path / "b.jsonl")
+    assert [r["step"] for r in training_steps(records)] == list(range(1, 25))
+    assert records[0]["run_id"] == read_progress(checkpoint_dirs(tmp_path / "b")[-1][1]).run_id
+
+
+def test_a_resume_with_overwrite_starts_another_runs_metrics_log_afresh(tmp_path, tiny_cfg):
+    args = [*tiny_args(tiny_cfg.replace(epochs=1)), "--checkpoint-every", "4"]
+    for run, steps in (("a", "0"), ("b", "8")):
+        assert torch_train.main([*args, "--checkpoint-dir", str(tmp_path / run), "--metrics-out",
+                                 str(tmp_path / f"{run}.jsonl"), "--max-steps", steps]) == 0
+    assert torch_train.main([*args, "--resume", str(tmp_path / "b"), "--metrics-out", str(tmp_path / "a.jsonl"),
+                             "--overwrite"]) == 0
+    records = read_metrics(tmp_path / "a.jsonl")
+    assert records[0]["run_id"] == read_metrics(tmp_path / "b.jsonl")[0]["run_id"]
+    assert [r["step"] for r in training_steps(records)] == list(range(9, 25))  # the resumed steps alone
 
 
 def test_predict_refuses_a_checkpoint_with_a_flipped_weight_byte(tmp_path, tiny_cfg, tiny_data, capsys):
