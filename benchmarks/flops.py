@@ -23,7 +23,7 @@ bench counts the mean over the batches a variant steps through). The language mo
 nonlinearities, bias additions, the gather, the softmax, loss, clipping and the optimizer.
 """
 from common.lm_data import EVAL_BATCH_SIZE
-from common.lm_params import GATES
+from common.params import GATES
 
 
 def forward_matmul_flops(batch_size: int, seq_len: int, embed_dim: int, hidden_dim: int, layers: int) -> int:

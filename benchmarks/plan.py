@@ -95,7 +95,7 @@ VARIANTS = (
             {"cpu": "impl:flax", "gpu": "impl:flax"}, headline=("stock",),
             wording="Flax nn.RNN over Flax's {flax_cell}",
             lm_description="the language model with nn.RNN over Flax's stock nn.OptimizedLSTMCell or nn.GRUCell fed "
-            "PyTorch's weights (jax_impl.recurrences.stacks: both represent PyTorch's cells exactly), differentiated "
+            "PyTorch's weights (jax_impl.recurrences.stock: both represent PyTorch's cells exactly), differentiated "
             "by JAX (--lstm-impl flax)"),
     Variant("jax", "nnx", "stock", "the classifier in Flax NNX, what a Flax user writes today: nnx.RNN over Flax's "
             "stock nnx.OptimizedLSTMCell (its input Linear given PyTorch's b_ih, so both biases train as PyTorch's "
@@ -128,8 +128,9 @@ VARIANTS = (
     Variant("jax", "cudnn", "vendor", "cuDNN's fused LSTM through jax.experimental.rnn (--lstm-impl cudnn)", GPU,
             {"lstm_impl": "cudnn"}, {"gpu": "dnn_rnn"}, headline=("vendor kernel",), wording="cuDNN through JAX"),
     Variant("jax", "onednn", "vendor", "oneDNN's LSTM primitive, the kernel nn.LSTM runs on the CPU, one call per "
-            "layer through XLA's FFI (ATen's mkldnn_rnn_layer from the installed torch, zero-copy; dropout and the "
-            "embedding in XLA; --lstm-impl onednn)", ("cpu",), {"lstm_impl": "onednn"}, {"cpu": "onednn_lstm_forward"},
+            "layer through XLA's FFI (ATen's mkldnn_rnn_layer from the installed torch, its results copied into "
+            "XLA's buffers; dropout and the embedding in XLA; --lstm-impl onednn)", ("cpu",), {"lstm_impl": "onednn"},
+            {"cpu": "onednn_lstm_forward"},
             headline=("vendor kernel",), wording="oneDNN through XLA's FFI",
             lm_description="the language model's LSTM layer by layer on oneDNN's LSTM primitive through XLA's FFI, "
             "the kernel nn.LSTM runs (--lstm-impl onednn)"),

@@ -1,8 +1,8 @@
-"""Each framework's side of a benchmark worker: what timing a twin needs beyond the Twin protocol (threads, the device
-sync, ahead-of-time compilation, the training step timed part by part, the GEMM rate, what the framework's own
-machinery costs a step apart from it) and what ran it (provenance: the LSTM ops PyTorch's profiler saw, or what XLA's
-compiled step holds). Sides: :class:`TorchSide`, :class:`JaxSide`, and :class:`NnxSide` for the JAX twin in Flax NNX."""
-import math
+"""Each framework's side of a benchmark worker: what timing a twin needs beyond the Twin protocol, whose ``lower`` and
+``train_step_parts`` it calls (threads, the device sync and the clock, ahead-of-time compilation, the GEMM rate, what
+the framework's own machinery costs a step apart from it) and what ran it (provenance: the LSTM ops PyTorch's profiler
+saw, or what XLA's compiled step holds). Sides: :class:`TorchSide`, :class:`JaxSide`, and :class:`NnxSide` for the
+JAX twin in Flax NNX."""
 import os
 import re
 import time
@@ -45,10 +45,9 @@ class TorchSide:
 
     def __init__(self, threads: int):
         import torch
-        from torch_impl import lm_step, step, train
+        from torch_impl import train
         torch.set_num_threads(threads)
-        self.torch, self.trainer, self.step_module, self.lm_step = torch, train, step, lm_step
-        self.decoder_input = None  # the decoder part's input, made once (train_step_parts)
+        self.torch, self.trainer = torch, train
 
     def adopt(self, twin, cfg: Config) -> None:
         self.device = self.torch.device(twin.record["device"])
@@ -63,6 +62,10 @@ class TorchSide:
     def sync(self) -> None:
         if self.device.type == "cuda":
             self.torch.cuda.synchronize()
+
+    def clock(self) -> Clock:
+        """The clock of the twin's ``train_step_parts``: each lap read after a device sync."""
+        return Clock(lambda outputs: self.sync())
 
     def info(self) -> dict:
         t, gpu = self.torch, self.device.type == "cuda"
@@ -114,40 +117,6 @@ class TorchSide:
         """Nothing measured apart: the step is what the trainer runs."""
         return {}
 
-    def train_step_parts(self, twin, state, carry, batch) -> tuple[Any, Any, float, dict[str, float]]:
-        """The twin's training step as its trainer runs it, from the step's public parts
-        (:func:`torch_impl.step.train_step`'s ``forward``, ``backward`` and ``update``), a clock read after each
-        (after a device sync): ``(state, carry, loss, seconds per part)``."""
-        step, clock = self.step_module, Clock(lambda outputs: self.sync())
-        forward_of = self.lm_step.forward if twin.lm else step.forward  # the language model's: its own loss
-        loss, new_carry, finite = forward_of(state.model, carry, batch, twin.cfg)
-        forward = clock.lap()
-        step.backward(state.model, loss)
-        backward = clock.lap()
-        state, carry, loss = step.update(state, carry, new_carry, loss, finite, twin.cfg)
-        parts = {"forward": forward, "backward": backward, "optimizer": clock.lap()}
-        if twin.lm:
-            parts["decoder"] = self.decoder_part(twin, batch, clock)
-        return state, carry, loss.item(), parts
-
-    def decoder_part(self, twin, window, clock: Clock) -> float:
-        """Seconds of the language model's decoder and loss alone, forward and backward, on ``window``'s shapes: the
-        twin's own ``decoder`` (its parameters' gradients and the input's) and cross-entropy on a fixed (t, B, H)
-        input in the LSTM's output range. Its gradients are discarded: the next step's backward sets them afresh."""
-        from torch_impl.lm_model import cross_entropy
-        torch, model = self.torch, twin.model
-        inputs, targets = self.lm_step.to_device(window, model)
-        shape = (*inputs.shape, model.hidden_dim)
-        if self.decoder_input is None or self.decoder_input.shape != shape:
-            gen = torch.Generator().manual_seed(0)
-            x = torch.tanh(torch.randn(shape, generator=gen)).to(device=inputs.device, dtype=model.decoder.bias.dtype)
-            self.decoder_input = x.requires_grad_()
-        x = self.decoder_input
-        clock.lap()
-        x.grad = None
-        cross_entropy(model.decoder(x), targets).backward()
-        return clock.lap()
-
     def compile_counters(self) -> dict:
         """What Dynamo did: frames traced, graphs, graph breaks, what it refused (each reason's first line), and
         the first refusal as ``reason``."""
@@ -188,10 +157,8 @@ class JaxSide:
         from jax_impl import xla_env
         xla_env.configure()  # XLA settings that must precede the backend's start
         import jax
-        from jax_impl import lm_step, step, train
-        self.jax, self.xla_env, self.step_module, self.lm_step, self.trainer = jax, xla_env, step, lm_step, train
-        self.parts = None  # the step's three jitted parts (train_step_parts)
-        self.decoder = None  # the language model's decoder part: its jitted function and input (decoder_part)
+        from jax_impl import step, train
+        self.jax, self.xla_env, self.step_module, self.trainer = jax, xla_env, step, train
 
     def adopt(self, twin, cfg: Config) -> None:
         self.device, self.precision = self.step_module.resolve_device(cfg.device), twin.record["matmul_precision"]
@@ -201,16 +168,21 @@ class JaxSide:
         choice.auto's answer (``lstm_impl_default``, ``lstm_impl_default_why``), whatever ``--lstm-impl`` this variant
         names."""
         from jax_impl.recurrences import choice
-        impl, why = choice.auto(choice.Run.of(cfg, self.device.platform, twin.place.devices))
+        impl, why = choice.auto(choice.Run.of(cfg, self.device.platform, twin.record["devices"]))
         return {"lstm_impl_default": impl, "lstm_impl_default_why": why}
 
     def use_dtype(self, name: str) -> None:
-        """What the trainer's set-up does for ``--dtype name`` before a twin computes in it: float64 switches on JAX's
-        x64 mode (for good, in this process)."""
-        self.step_module.resolve_dtype(name)
+        """What ``jax_impl.train``'s ``main`` does where it starts for ``--dtype name``, before any array: float64
+        switches on JAX's x64 mode (the process's)."""
+        if name == "float64":
+            self.jax.config.update("jax_enable_x64", True)
 
     def sync(self) -> None:
         pass  # every step driven here ends by reading a number from the device
+
+    def clock(self) -> Clock:
+        """The clock of the twin's ``train_step_parts``: each lap read once the outputs it is given are computed."""
+        return Clock(self.jax.block_until_ready)
 
     def provenance(self, bench, hlo: str) -> dict:
         """The implementation that ran and what the compiled training step holds: its while loops (those carrying
@@ -232,95 +204,20 @@ class JaxSide:
         first call, which then reuses the executable: ``lower_s``, ``compile_s`` (lowering included), and ``hlo``, the
         compiled module's text."""
         start = time.perf_counter()
-        lowered = self.lower(twin, state, kind, batch)
+        lowered = twin.lower(kind, state, twin.init_carry(batch.size if kind == "eval" else None), batch)
         lower_s = time.perf_counter() - start
         compiled = lowered.compile()
         return {"lower_s": lower_s, "compile_s": time.perf_counter() - start, "hlo": compiled.as_text()}
 
-    def lower(self, twin, state, kind: str, batch) -> Any:
-        """The twin's jitted ``kind`` step lowered for ``batch``'s shapes, with the arguments its trainer passes."""
-        if kind == "train":
-            return twin.step.lower(state, twin.init_carry(), self.to_device(twin, batch), twin.key)
-        if twin.lm:  # the window's carry goes in and out
-            return twin.evaluate.lower(state.params, twin.init_carry(batch.size), self.to_device(twin, batch))
-        return twin.evaluate.lower(state.params, self.step_module.padded_eval_batch(batch, twin.cfg.batch_size,
-                                                                                   twin.place.data))
-
-    def to_device(self, twin, batch) -> dict:
-        """A training batch (the classifier's ``Batch``, the LM's ``Window``) on the twin's device, as its step reads
-        it."""
-        if twin.lm:
-            return self.lm_step.window_to_device(batch, twin.place.data)
-        return self.step_module.batch_to_device(batch, twin.place.data)
-
     def compile_parts(self, twin, state, batch) -> None:
-        """Compile :meth:`train_step_parts`'s functions by one call on ``batch``, its results discarded: their
-        compile time is reported nowhere, so it can overlap the other workers' loading instead of adding to the
-        one-at-a-time set-up."""
-        self.jax.block_until_ready(self.train_step_parts(twin, state, twin.init_carry(), batch)[:2])
+        """Compile the twin's ``train_step_parts`` functions by one call on ``batch``, on a copy of ``state`` (the NNX
+        twin's parts update the state they are given), its results discarded: their compile time is reported nowhere,
+        so it can overlap the other workers' loading instead of adding to the one-at-a-time set-up."""
+        self.jax.block_until_ready(twin.train_step_parts(state.replace(), twin.init_carry(), batch, self.clock())[:2])
 
     def overheads(self, bench) -> dict:
         """Nothing measured apart: the jitted step is what the trainer runs."""
         return {}
-
-    def train_step_parts(self, twin, state, carry, batch) -> tuple[Any, Any, float, dict[str, float]]:
-        """The twin's training step as three jitted functions (:meth:`part_functions`), each waited for: ``forward``
-        (the loss), ``backward`` (the loss and its gradient, less the forward's time) and ``optimizer`` (the update).
-        Together they compute the twin's step; XLA fuses the whole step across the parts, so their times add up to a
-        little more than the step's."""
-        jax = self.jax
-        if self.parts is None:  # compiled in their first call
-            self.parts = self.part_functions(twin)
-        loss_of, grads_of, update = self.parts
-        device_batch, key = self.to_device(twin, batch), jax.random.fold_in(twin.key, state.step)
-        clock = Clock(jax.block_until_ready)  # the device sync is the wait
-        forward = clock.lap(loss_of(state, carry, device_batch, key))
-        (loss, new_carry), grads = out = grads_of(state, carry, device_batch, key)
-        backward = clock.lap(out) - forward
-        state, carry, metrics = out = update(state, grads, loss, carry, new_carry)
-        parts = {"forward": forward, "backward": backward, "optimizer": clock.lap(out)}
-        if twin.lm:
-            parts["decoder"] = self.decoder_part(twin, state, device_batch, clock)
-        loss, finite = jax.device_get((metrics.loss, metrics.finite))
-        return state, carry, float(loss) if finite else math.nan, parts
-
-    def part_functions(self, twin) -> tuple[Callable, Callable, Callable]:
-        """:meth:`train_step_parts`'s jitted ``loss_of(state, carry, batch, key)``, ``grads_of`` (the same, with the
-        gradient) and ``update(state, grads, loss, carry, new_carry) -> (state, carry, metrics)``, from
-        :mod:`jax_impl.step` (``make_loss_fn``, ``make_update``)."""
-        jax, step = self.jax, self.step_module
-        loss_fn = (self.lm_step.make_lm_loss_fn if twin.lm else step.make_loss_fn)(twin.model, twin.cfg)
-        loss_of, grads_of = jax.jit(loss_fn), jax.jit(jax.value_and_grad(loss_fn, has_aux=True))
-        return (lambda state, *rest: loss_of(state.params, *rest), lambda state, *rest: grads_of(state.params, *rest),
-                jax.jit(step.make_update(twin.cfg)))
-
-    def decoder_part(self, twin, state, window: dict, clock: Clock) -> float:
-        """Seconds of the language model's decoder and loss alone, forward and backward, on ``window``'s shapes, one
-        jitted function: the model's own ``Decoder`` and ``cross_entropy`` on a fixed (t, B, H) input in the LSTM's
-        output range, differentiated for the decoder's parameters (the encoder's table when tied) and the input."""
-        jax, jnp = self.jax, self.jax.numpy
-        from jax_impl.lm_model import Decoder, cross_entropy
-        targets, model = window["targets"], twin.model
-        shape = (*targets.shape, model.hidden_dim)
-        if self.decoder is None or self.decoder[1].shape != shape:
-            decoder = Decoder(model.vocab_size, model.dtype, model.precision)
-
-            def loss(params: dict, x: jax.Array, targets: jax.Array) -> jax.Array:
-                tied = params["encoder"]["weight"] if "encoder" in params else None
-                return cross_entropy(decoder.apply({"params": params["decoder"]}, x, tied), targets)
-
-            x = jnp.tanh(jax.random.normal(jax.random.key(0), shape, model.dtype))
-            self.decoder = (jax.jit(jax.value_and_grad(loss, argnums=(0, 1))), jax.device_put(x, twin.place.data))
-            jax.block_until_ready(self.decoder[0](self.decoder_params(twin, state), self.decoder[1], targets))
-        grads_of, x = self.decoder
-        params = self.decoder_params(twin, state)
-        clock.lap()
-        return clock.lap(grads_of(params, x, targets))
-
-    @staticmethod
-    def decoder_params(twin, state) -> dict:
-        """The decoder's parameters in the state: its own, and the encoder's table when ``--tied``."""
-        return {k: state.params[k] for k in (("decoder", "encoder") if twin.model.tied else ("decoder",))}
 
     def info(self) -> dict:
         d = self.device
@@ -345,43 +242,13 @@ class JaxSide:
 
 
 class NnxSide(JaxSide):
-    """The same for the JAX twin written in Flax NNX (``--flax-api nnx``, :class:`jax_impl.train.NnxTwin`): its steps
-    take the model and its optimizer, which they update in place, and its set-up measures apart what ``nnx.jit``'s
-    traversal of them costs a step (:meth:`overheads`)."""
+    """The same for the JAX twin written in Flax NNX (``--flax-api nnx``, :class:`jax_impl.train.NnxTwin`), whose set-up
+    measures apart what ``nnx.jit``'s traversal of its model and optimizer costs a step (:meth:`overheads`)."""
 
     def __init__(self, threads: int):
         super().__init__(threads)
         from flax import nnx
-        from jax_impl import nnx_step
-        self.nnx, self.nnx_step = nnx, nnx_step
-
-    def lower(self, twin, state, kind: str, batch) -> Any:
-        """``nnx.jit``'s own ``lower``, on the model and optimizer its trainer passes."""
-        if kind == "train":
-            return twin.step.lower(state.model, state.optimizer, twin.init_carry(), self.to_device(twin, batch),
-                                   twin.key)
-        return twin.evaluate.lower(state.model, self.step_module.padded_eval_batch(batch, twin.cfg.batch_size,
-                                                                                  twin.place.data))
-
-    def compile_parts(self, twin, state, batch) -> None:
-        """As the linen twin's, on a copy of the state: the NNX parts update the model they are given."""
-        copy = self.nnx_step.TrainState(self.nnx.clone(state.model), self.nnx.clone(state.optimizer))
-        super().compile_parts(twin, copy, batch)
-
-    def part_functions(self, twin) -> tuple[Callable, Callable, Callable]:
-        """:meth:`JaxSide.part_functions` as three ``nnx.jit`` functions of :mod:`jax_impl.nnx_step`: the loss and
-        ``nnx.value_and_grad``'s gradient of the model, and ``make_update``, which updates the model and the optimizer
-        in place (so the state it returns is the one it was given)."""
-        nnx = self.nnx
-        loss_fn = self.nnx_step.make_loss_fn(twin.cfg)
-        loss_of, grads_of = nnx.jit(loss_fn), nnx.jit(nnx.value_and_grad(loss_fn, has_aux=True))
-        update_in_place = nnx.jit(self.nnx_step.make_update(twin.cfg))
-
-        def update(state, grads, loss, carry, new_carry):
-            return state, *update_in_place(state.model, state.optimizer, grads, loss, carry, new_carry)
-
-        return (lambda state, *rest: loss_of(state.model, *rest), lambda state, *rest: grads_of(state.model, *rest),
-                update)
+        self.nnx = nnx
 
     def overheads(self, bench) -> dict:
         """What ``nnx.jit``'s graph traversal costs a call on this twin's model and optimizer, measured apart from the

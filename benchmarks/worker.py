@@ -18,20 +18,17 @@ from contextlib import ExitStack, suppress
 from pathlib import Path
 from typing import Any, Iterator
 
+import numpy as np
+
+from benchmarks.processes import REPLY_TAG
+from benchmarks.results import LM_PARITY_LR
+from benchmarks.sides import JaxSide, NnxSide, TorchSide, gemm_gflop_s
 from common import interrupts
-
-interrupts.exit_on_ctrl_c(__name__)  # first: Ctrl-C while the imports below load is one line and exit 130
-
-import numpy as np  # noqa: E402
-
-from benchmarks.processes import REPLY_TAG  # noqa: E402
-from benchmarks.results import LM_PARITY_LR  # noqa: E402
-from benchmarks.sides import JaxSide, NnxSide, TorchSide, gemm_gflop_s  # noqa: E402
-from common.batches import mean_distinct_tokens  # noqa: E402
-from common.config import Config  # noqa: E402
-from common.errors import UnsupportedError, UserError, cli_main  # noqa: E402
-from common.loop import load_run, train_steps  # noqa: E402
-from common.workloads import workload_of  # noqa: E402
+from common.batches import mean_distinct_tokens
+from common.config import Config
+from common.errors import UnsupportedError, UserError, cli_main
+from common.loop import load_run, train_steps
+from common.workloads import workload_of
 
 
 def is_full(batch: Any, cfg: Config) -> bool:
@@ -63,8 +60,9 @@ def peak_rss_mb() -> float:
 
 
 class PartsTimed:
-    """A twin whose ``train_step`` times its parts (the framework side's ``train_step_parts``) while ``timing`` is set,
-    so that the training steps of every round, whole or in parts, are one trajectory through ``train_steps``."""
+    """A twin whose ``train_step`` times its parts (its ``train_step_parts``, on the framework side's clock) while
+    ``timing`` is set, so that the training steps of every round, whole or in parts, are one trajectory through
+    ``train_steps``."""
 
     def __init__(self, twin, side):
         self.twin, self.side, self.timing, self.parts = twin, side, False, None
@@ -75,7 +73,7 @@ class PartsTimed:
     def train_step(self, state, carry, batch):
         if not self.timing:
             return self.twin.train_step(state, carry, batch)
-        state, carry, loss, self.parts = self.side.train_step_parts(self.twin, state, carry, batch)
+        state, carry, loss, self.parts = self.twin.train_step_parts(state, carry, batch, self.side.clock())
         return state, carry, loss
 
 
@@ -178,7 +176,6 @@ class Bench:
         """Losses of ``n`` training steps from the shared weights with dropout 0, in a twin of their own (in ``dtype``
         if given: the baseline's float32 reference of a bfloat16 run); the language model's at its parity learning
         rate, :data:`benchmarks.results.LM_PARITY_LR`."""
-        self.side.use_dtype(dtype or self.cfg.dtype)  # the timing is over: JAX's x64 mode cannot disturb it
         _, _, steps = self.build(self.parity_config(dtype))
         return [s.loss for s in itertools.islice(steps, n)]
 
@@ -191,8 +188,10 @@ class Bench:
 
     def handle(self, msg: dict) -> dict:
         op, n = msg["op"], msg.get("n")
-        if op in ("load", "train"):  # the first request: it sets the framework's threads before anything runs
-            self.side = self.side or side_class(self.framework, Config(**msg["config"]))(msg["threads"])
+        if op in ("load", "train") and self.side is None:  # the first request: the framework's threads and dtype mode
+            cfg = Config(**msg["config"])  # set before anything runs, as a trainer's main() sets them
+            self.side = side_class(self.framework, cfg)(msg["threads"])
+            self.side.use_dtype(cfg.dtype)
         if op == "load":
             return self.load(msg)
         if op == "setup":

@@ -5,18 +5,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
+import numpy as np
+
 from common import interrupts
-
-interrupts.exit_on_ctrl_c(__name__)  # first: Ctrl-C while the imports below load is one line and exit 130
-
-import numpy as np  # noqa: E402
-
-from common.config import DATA_HELP, Config, config_from_namespace, field_names, make_parser  # noqa: E402
-from common.corpus import load_corpus  # noqa: E402
-from common.errors import DataError, cli_main  # noqa: E402
-from common.files import Output, atomic_file, check_outputs  # noqa: E402
-from common.memory import check_fits  # noqa: E402
-from common.text import Vocab, build_vocab, choose_tokenizer, encode, tokenize  # noqa: E402
+from common.config import DATA_HELP, Config, config_from_namespace, field_names, make_parser
+from common.corpus import load_corpus
+from common.errors import DataError, cli_main
+from common.files import Output, atomic_file, check_outputs
+from common.memory import check_fits
+from common.text import Vocab, build_vocab, choose_tokenizer, encode, tokenize
 
 SPLITS = ("train", "val", "test")
 

@@ -1,13 +1,15 @@
 """Ctrl-C at any moment of any command line: one line on stderr and exit status 130, never a traceback, never lost.
 
-Two handlers share the work, and neither needs more than the standard library (this module is imported first).
+Two handlers share the work, and neither needs more than the standard library.
 
-- From its first lines, before its heavy imports (jax, torch: seconds), a command line calls :func:`exit_on_ctrl_c`.
-  Outside :func:`handled`, a SIGINT then writes one line and ends the process at once, with ``os._exit``. That is the
-  one safe answer there: Python raises ``KeyboardInterrupt`` wherever the main thread is, so that an import half done
-  becomes a traceback (or an ``ImportError``), and one raised in a garbage-collection callback (JAX runs one at every
-  collection) is dropped ("Exception ignored in ..."), the interrupt lost. And it is safe: outside ``handled()`` the
-  program is loading or tearing down, and writes nothing of its own.
+- In a command of the project (:func:`exit_on_ctrl_c_in_a_command`), from the moment Python imports its package,
+  before any heavy import (jax, torch: seconds; this module's own but ``os``, ``signal`` and ``sys``),
+  :func:`exit_on_ctrl_c` is in force. Outside :func:`handled`, a SIGINT then writes one line and ends the process at
+  once, with ``os._exit``. That is the one safe answer there: Python raises ``KeyboardInterrupt`` wherever the main
+  thread is, so that an import half done becomes a traceback (or an ``ImportError``), and one raised in a
+  garbage-collection callback (JAX runs one at every collection) is dropped ("Exception ignored in ..."), the
+  interrupt lost. And it is safe: outside ``handled()`` the program is loading or tearing down, and writes nothing of
+  its own.
 - Inside :func:`handled` (``common.errors.cli_main`` opens it around every ``main``; the training loop, around the
   run), Python's way is kept, so that ``finally`` blocks run (a benchmark stops its workers, the loop closes its
   metrics): a SIGINT raises ``KeyboardInterrupt`` with :data:`describe`'s message, for ``cli_main`` to print. Except
@@ -21,20 +23,15 @@ control returns to the interpreter: Python runs signal handlers only between its
 through :func:`exit_process`, which skips the interpreter's finalisation (where Python gives SIGINT back its
 default, fatal action).
 """
-import atexit
-import functools
-import gc
 import os
 import signal
 import sys
-import threading
-from contextlib import contextmanager
-from typing import Any, Callable, Iterator, NoReturn
 
 INTERRUPTED = 130  # a shell's status for a process ended by SIGINT (128 + 2)
 STARTING = "interrupted while starting; nothing was written"  # before any handled() block: imports and set-up only
+PACKAGES = ("common", "jax_impl", "torch_impl", "benchmarks", "tools", "studies", "scripts", "parity_tests")
+_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the folder that holds PACKAGES
 
-describe: Callable[[], str] = lambda: "interrupted"  # the loop's: "interrupted at step N; resume with ..."
 _pending = False  # a SIGINT whose KeyboardInterrupt is still to be raised
 _deferring = 0
 _started = False  # a handled() block has taken over from exit_on_ctrl_c's handler: STARTING is no longer true
@@ -42,18 +39,37 @@ _said = False  # the interrupt's line is written: a further SIGINT ends the proc
 _message = ""  # what the last KeyboardInterrupt raised here said
 
 
-def exit_on_ctrl_c(module_name: str) -> None:
-    """Called with its ``__name__`` by every command line, first: where it runs as a program (``__main__``), a SIGINT
-    from now on ends the process at once with one line and status 130, outside :func:`handled`. Importing the module
-    (a test does) changes nothing; nor does a SIGINT ignored (a shell's background job) or handled by the caller."""
-    if module_name == "__main__" and _may_handle_sigint():
-        signal.signal(signal.SIGINT, _exit_at_once)
+def exit_on_ctrl_c_in_a_command() -> None:
+    """:func:`exit_on_ctrl_c` where the running command is one of this project's (``python -m jax_impl.train``,
+    ``python benchmarks/bench.py``: ``sys.orig_argv``); nothing where a program of someone else's imports the
+    package. Every package of the project calls it as it is imported, this module first of all."""
+    if is_a_command(sys.orig_argv):
+        exit_on_ctrl_c()
 
 
-def _may_handle_sigint() -> bool:
-    """In the main thread (the one Python runs handlers in), with SIGINT at Python's default or ours, not ignored."""
-    return (threading.current_thread() is threading.main_thread()
-            and signal.getsignal(signal.SIGINT) in (signal.default_int_handler, _exit_at_once))
+def is_a_command(argv: list[str]) -> bool:
+    """Whether the interpreter's command line ``argv`` runs a module (``-m``) or a script of :data:`PACKAGES`."""
+    args = iter(argv[1:])
+    for arg in args:
+        if arg.startswith("-m"):
+            return (arg[2:] or next(args, "")).split(".")[0] in PACKAGES
+        if not arg.startswith("-"):  # a script's path
+            return any(os.path.realpath(arg).startswith(os.path.join(_ROOT, p, "")) for p in PACKAGES)
+        if arg == "-" or arg.startswith("-c"):  # standard input, or code on the command line
+            return False
+        if arg in ("-W", "-X", "--check-hash-based-pycs"):
+            next(args, None)  # the option's value
+    return False
+
+
+def exit_on_ctrl_c() -> None:
+    """From now on, outside :func:`handled`, a SIGINT ends the process at once with one line and status 130; nothing
+    where SIGINT is ignored (a shell's background job) or handled by the caller, nor outside the main thread."""
+    if signal.getsignal(signal.SIGINT) in (signal.default_int_handler, _exit_at_once):
+        try:
+            signal.signal(signal.SIGINT, _exit_at_once)
+        except ValueError:  # not the main thread, the only one Python runs handlers in
+            pass
 
 
 def _exit_at_once(signum, frame) -> None:
@@ -84,6 +100,24 @@ def _flush_output() -> None:
             stream.flush()
         except (OSError, ValueError, RuntimeError, AttributeError):  # a broken pipe, closed, reentrant, or None
             pass
+
+
+exit_on_ctrl_c_in_a_command()  # first, before the imports below: a Ctrl-C while they load is already one line
+
+import atexit  # noqa: E402
+import functools  # noqa: E402
+import gc  # noqa: E402
+import threading  # noqa: E402
+from contextlib import contextmanager  # noqa: E402
+from typing import Any, Callable, Iterator, NoReturn  # noqa: E402
+
+describe: Callable[[], str] = lambda: "interrupted"  # the loop's: "interrupted at step N; resume with ..."
+
+
+def _may_handle_sigint() -> bool:
+    """In the main thread (the one Python runs handlers in), with SIGINT at Python's default or ours, not ignored."""
+    return (threading.current_thread() is threading.main_thread()
+            and signal.getsignal(signal.SIGINT) in (signal.default_int_handler, _exit_at_once))
 
 
 def say(message: str) -> None:

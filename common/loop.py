@@ -84,6 +84,15 @@ class Twin(Protocol):
         """Read the training checkpoint in ``path`` (shaped like ``state`` and ``carry``); damage is a
         ``CheckpointError`` naming the file."""
 
+    def lower(self, kind: str, state: Any, carry: Any, batch: Any) -> Any:
+        """For the bench: the ``kind`` step ("train" or "eval") lowered for ``batch``'s shapes, to compile ahead of its
+        first call and read what it compiles to (JAX's ``Lowered``; None where nothing is compiled ahead)."""
+
+    def train_step_parts(self, state: Any, carry: Any, batch: Any, clock: Any) -> tuple[Any, Any, float, dict]:
+        """For the bench: :meth:`train_step` timed in parts, ``clock.lap(*outputs)`` (the seconds since the last lap,
+        once ``outputs`` are computed) after each: ``(state, carry, loss, {"forward", "backward", "optimizer"[, the
+        workload's own parts]: seconds})``."""
+
 
 @dataclass(frozen=True)
 class TrainStep:

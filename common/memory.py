@@ -13,7 +13,7 @@ from pathlib import Path
 from common.config import LM_DEFAULTS, Config, flag
 from common.errors import ConfigError
 from common.lm_data import EVAL_BATCH_SIZE
-from common.lm_params import GATES, lm_param_shapes
+from common.params import GATES, lm_param_shapes
 from common.params import param_shapes
 
 # Weights, gradients and Adam's two moments, plus the initialisation's float64 draw (as much as two float32 copies).

@@ -21,9 +21,8 @@ from common.config import Config
 from common.data import Dataset, EncodedSplit, prepare_data
 from common.data import read_line as classifier_read_line
 from common.errors import DataError
-from common.lm_params import init_lm_params
 from common.memory import check_lm_fits
-from common.params import Params, init_params
+from common.params import Params, init_lm_params, init_params
 
 
 @dataclass(frozen=True)

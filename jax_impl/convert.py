@@ -1,7 +1,7 @@
 """Neutral parameters (PyTorch state-dict names and layouts) ⇄ the Flax params pytree.
 
     embedding.weight      (V, E)    ↔ embedding/embedding      (V, E)
-    lstm.<name>           any       ↔ lstm/<name>              the same array (LSTMStack declares PyTorch's
+    lstm.<name>           any       ↔ lstm/<name>              the same array (RNNStack declares PyTorch's
                                                                weight_ih_l{k}, weight_hh_l{k}, bias_ih_l{k},
                                                                bias_hh_l{k} itself)
     fc.weight             (1, H)    ↔ fc/kernel                (H, 1)    transposed

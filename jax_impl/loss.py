@@ -1,4 +1,5 @@
-"""Binary cross-entropy of ``sigmoid(logit)`` with PyTorch ``BCELoss`` semantics, forward and backward.
+"""The two workloads' losses. The classifier's: binary cross-entropy of ``sigmoid(logit)`` with PyTorch ``BCELoss``
+semantics, forward and backward. The language model's: :func:`cross_entropy`, ``nn.CrossEntropyLoss``'s.
 
 PyTorch computes ``p = sigmoid(z)`` in the compute dtype, then
 ``loss = (y - 1) * max(log1p(-p), -100) - y * max(log(p), -100)`` (mean over the batch), and differentiates
@@ -17,6 +18,7 @@ backward) and dL/dz (bfloat16's ``sigmoid_backward``) to bfloat16 once each.
 """
 import jax
 import jax.numpy as jnp
+import optax
 
 from jax_impl.numerics import round_to
 
@@ -65,3 +67,20 @@ def predictions(logits: jax.Array) -> jax.Array:
     """(B,) 0/1 labels by the project's one rule (``common.predict.is_positive``): 1 iff sigmoid(z) > 0.5, which
     is the seed's ``round(sigmoid(z))`` (0.5 rounds to even, 0)."""
     return (sigmoid(logits) > 0.5).astype(logits.dtype)
+
+
+def bce_sums(logits: jax.Array, labels: jax.Array, weights: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """``(loss_sum, correct)`` of ``logits`` (B,) over the rows whose ``weights`` (B,) are > 0: the BCE sum and the
+    number of right predictions."""
+    real = weights > 0
+    losses = jnp.where(real, bce_per_example(logits, labels), 0)
+    correct = jnp.where(real, predictions(logits) == labels.astype(logits.dtype), False)
+    return jnp.sum(losses), jnp.sum(correct.astype(jnp.int32))
+
+
+def cross_entropy(logits: jax.Array, targets: jax.Array, reduction: str = "mean") -> jax.Array:
+    """``nn.CrossEntropyLoss`` of ``logits`` (..., V) against integer ``targets`` (...), the log-softmax in float32
+    or wider: the ``"mean"`` over every target (perplexity = exp of it), or their ``"sum"``."""
+    wide = logits.astype(jnp.promote_types(logits.dtype, jnp.float32))
+    losses = optax.softmax_cross_entropy_with_integer_labels(wide, targets)
+    return losses.sum() if reduction == "sum" else losses.mean()

@@ -18,6 +18,9 @@ gets the same effect by summing the two biases inside the differentiated functio
 Randomness is explicit: ``key`` (the step's dropout key) is split into L keys, one per mask between layers (each layer's
 outputs (B, T, H)) and one for the mask before the head. Masks are ``nnx.Dropout``'s own, so they differ from the linen
 model's draws (as each framework's do): dropout-free outputs are what the twins compare.
+
+From the model to the code that computes the gates, 2 calls of ours and Flax's: ``SentimentRNN.__call__`` →
+``nnx.RNN.__call__`` (a scan over the steps) → ``nnx.OptimizedLSTMCell.__call__``.
 """
 from typing import Any
 
@@ -25,8 +28,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from jax_impl.numerics import PRECISION, compute_dtype, matmul_precision, param_dtype_for
-from jax_impl.recurrences.stacks import Carry
+from jax_impl.numerics import PRECISION, Carry, compute_dtype, matmul_precision, param_dtype_for
 
 Array = jax.Array
 

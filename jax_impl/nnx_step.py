@@ -5,9 +5,10 @@
     carry, metrics    = train_step(model, optimizer, carry, batch, key)   # nnx.jit; model and optimizer donated
     loss_sum, correct = eval_step(model, batch)                           # nnx.jit, zero carry
 
-``jax.lax.stop_gradient`` on the carry as in :mod:`jax_impl.step`: at the batch boundary (the seed's ``h.detach()``)
-and, the one that truncates a gradient, at each ``--tbptt`` chunk boundary. :class:`TrainState` is what the training
-loop holds: the model and its optimizer, read as pure pytrees where Orbax saves them (:mod:`jax_impl.state`).
+``jax.lax.stop_gradient`` on the carry as in :mod:`jax_impl.classifier`: at the batch boundary (the seed's
+``h.detach()``) and, the one that truncates a gradient, at each ``--tbptt`` chunk boundary. :class:`TrainState` is
+what the training loop holds: the model and its optimizer, read as pure pytrees where Orbax saves them
+(:mod:`jax_impl.state`).
 """
 from typing import Any, Callable
 
@@ -18,12 +19,11 @@ from flax import nnx
 from common.config import Config
 from jax_impl.convert import to_nnx
 from jax_impl.distributed import Where
-from jax_impl.loss import bce_loss
+from jax_impl.loss import bce_loss, bce_sums
 from jax_impl.nnx_model import SentimentRNN
-from jax_impl.numerics import param_dtype_for
+from jax_impl.numerics import Carry, DeviceBatch, param_dtype_for
 from jax_impl.optim import global_norm_torch, make_optimizer
-from jax_impl.recurrences.stacks import Carry
-from jax_impl.step import DeviceBatch, StepMetrics, eval_sums
+from jax_impl.step import StepMetrics
 
 
 class TrainState:
@@ -80,8 +80,8 @@ def create_train_state(model: SentimentRNN, cfg: Config, neutral_params: dict, d
 def forward(model: SentimentRNN, batch: DeviceBatch, carry: Carry, key: jax.Array, *, train: bool, use_lengths: bool,
             tbptt: int = 0, truncate_chunks: bool = True) -> tuple[jax.Array, Carry]:
     """Logits (B,) of the final step and the new carry, for the whole batch or in truncated-BPTT chunks of ``tbptt``
-    steps (:func:`jax_impl.step.forward`'s rule: a ``lax.scan`` over the full chunks, then the shorter last one, the
-    chunk's dropout key ``fold_in(key, chunk index)``, a ``stop_gradient`` at each boundary if ``truncate_chunks``),
+    steps (:func:`jax_impl.classifier.forward`'s rule: a ``lax.scan`` over the full chunks, then the shorter last one,
+    the chunk's dropout key ``fold_in(key, chunk index)``, a ``stop_gradient`` at each boundary if ``truncate_chunks``),
     the scan NNX's own, ``nnx.scan``, the model broadcast to every chunk."""
     tokens, lengths = batch["tokens"], batch["lengths"] if use_lengths else None
     seq_len = tokens.shape[1]
@@ -113,7 +113,7 @@ def make_loss_fn(cfg: Config, *, truncate_chunks: bool = True
     def loss_fn(model: SentimentRNN, carry: Carry, batch: DeviceBatch, dropout_key: jax.Array
                 ) -> tuple[jax.Array, Carry]:
         if cfg.detach:
-            carry = jax.lax.stop_gradient(carry)  # the seed's h.detach(): see jax_impl.step.make_loss_fn
+            carry = jax.lax.stop_gradient(carry)  # the seed's h.detach(): see jax_impl.classifier.make_loss_fn
         logits, new_carry = forward(model, batch, carry, dropout_key, train=True, tbptt=cfg.tbptt,
                                     use_lengths=cfg.padding == "right", truncate_chunks=truncate_chunks)
         return bce_loss(logits, batch["labels"]), new_carry
@@ -146,7 +146,8 @@ def make_train_step(cfg: Config, *, truncate_chunks: bool = True) -> Callable[..
     """The ``nnx.jit`` step ``train_step(model, optimizer, carry, batch, key) -> (carry, metrics)``: the loss and its
     gradient (``nnx.value_and_grad`` of :func:`make_loss_fn`), then :func:`make_update`; model and optimizer updated in
     place, their buffers donated. ``key`` is the run's base key; the step's dropout key is
-    ``fold_in(key, optimizer.step)``. ``truncate_chunks`` (tests only) as in :func:`jax_impl.step.make_train_step`."""
+    ``fold_in(key, optimizer.step)``. ``truncate_chunks`` (tests only) as in
+    :func:`jax_impl.classifier.make_loss_fn`."""
     loss_fn, update = make_loss_fn(cfg, truncate_chunks=truncate_chunks), make_update(cfg)
 
     def train_step(model: SentimentRNN, optimizer: nnx.Optimizer, carry: Carry, batch: DeviceBatch, key: jax.Array
@@ -164,6 +165,6 @@ def make_eval_step(cfg: Config) -> Callable[[SentimentRNN, DeviceBatch], tuple[j
     def eval_step(model: SentimentRNN, batch: DeviceBatch) -> tuple[jax.Array, jax.Array]:
         carry = model.zero_carry(batch["tokens"].shape[0])
         logits, _ = model(batch["tokens"], carry, batch["lengths"] if cfg.padding == "right" else None)
-        return eval_sums(logits, batch)
+        return bce_sums(logits, batch["labels"], batch["weights"])
 
     return nnx.jit(eval_step)

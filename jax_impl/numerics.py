@@ -7,14 +7,22 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
+from common.errors import ConfigError
+
 Array = jax.Array
 LayerCarry = tuple[Array, Array]  # (h, c), each (B, H)
 LayerWeights = tuple[Array, Array, Array, Array]  # (w_ih (4H, D), w_hh (4H, H), b_ih (4H,), b_hh (4H,))
+Carry = tuple[Any, ...]  # one carry per layer, bottom first: LSTM (h, c), GRU h
+DeviceBatch = dict[str, Array]  # "tokens" (B, T) int32, "labels" (B,) float32, "lengths" (B,) int32[, "weights"]
 PRECISION = lax.Precision.HIGHEST  # the default: full float32, as PyTorch with TF32 off
 
 
 def compute_dtype(name: str) -> Any:
-    """'float32' | 'bfloat16' | 'float64' → the jnp dtype (float64 needs ``jax_enable_x64``)."""
+    """'float32' | 'bfloat16' | 'float64' → the jnp dtype. float64 needs JAX's x64 mode, which a program switches on
+    where it starts (``python -m jax_impl.train --dtype float64`` does): refused (ConfigError) where it is off."""
+    if name == "float64" and not jax.config.jax_enable_x64:
+        raise ConfigError("--dtype float64 needs JAX's x64 mode, switched on where the program starts, before any JAX "
+                          "array: jax.config.update('jax_enable_x64', True)")
     return {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float64": jnp.float64}[name]
 
 

@@ -52,10 +52,9 @@ def adam_torch(learning_rate: Any, b1: float = 0.9, b2: float = 0.999, eps: floa
     ``(-lr / (1 - β1^t)) m / (√v / √(1 - β2^t) + eps)`` (addcdiv), in the parameters' dtype.
 
     ``optax.adam`` is not used: it computes ``1 - β2^t`` from a float32 ``β2``, which at t = 1 is 0.00099998713,
-    1.3e-5 from the 0.001 PyTorch computes in float64, while its moment adds ``(1 - β2) g²`` with the 0.001; measured,
-    that bias moves 200 Adam steps of the language model 1.3e-4 apart (relative, final parameters). Here
-    ``1 - β^t = -expm1(t log β)``, with ``log β`` a float64 constant: no cancellation, within an ulp or two of
-    PyTorch's float64 value rounded."""
+    1.3e-5 from the 0.001 PyTorch computes in float64, while its moment adds ``(1 - β2) g²`` with the 0.001: a bias
+    that moves the trajectories apart step by step (docs/performance.md's log). Here ``1 - β^t = -expm1(t log β)``,
+    with ``log β`` a float64 constant: no cancellation, within an ulp or two of PyTorch's float64 value rounded."""
     log_b1, log_b2 = math.log(b1), math.log(b2)
 
     def init(params):

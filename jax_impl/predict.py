@@ -2,27 +2,22 @@
 checkpoint; from a language model's, ``CKPT_DIR "中国 人民" --words N`` continues the prompt greedily."""
 from typing import Sequence
 
+import jax
+import numpy as np
+
 from common import interrupts
-
-interrupts.exit_on_ctrl_c(__name__)  # first: Ctrl-C while the imports below load is one line and exit 130
-
-import jax  # noqa: E402
-import numpy as np  # noqa: E402
-
-from common.checkpoint import Checkpoint  # noqa: E402
-from common.predict import encode_for, predict_main  # noqa: E402
-from jax_impl import lm_model, xla_env  # noqa: E402
-from jax_impl.convert import to_flax  # noqa: E402
-from jax_impl.loss import sigmoid  # noqa: E402
-from jax_impl.model import model_from_config  # noqa: E402
-from jax_impl.step import resolve_device  # noqa: E402
+from common.checkpoint import Checkpoint
+from common.predict import encode_for, predict_main
+from jax_impl import classifier, lm, xla_env
+from jax_impl.loss import sigmoid
+from jax_impl.step import resolve_device
 
 
 def predict_probs(ckpt: Checkpoint, texts: Sequence[str], device: jax.Device | None = None) -> np.ndarray:
     """(N,) float64 P(positive) of each text, scored as one batch of N from a zero carry with dropout off."""
     tokens, lengths = encode_for(ckpt, texts)
-    model = model_from_config(ckpt.config.replace(dtype="float32"), len(ckpt.vocab))
-    args = jax.device_put((to_flax(ckpt.params), tokens, model.zero_carry(len(texts)), lengths), device)
+    model = classifier.model_from_config(ckpt.config.replace(dtype="float32"), len(ckpt.vocab))
+    args = jax.device_put((classifier.to_flax(ckpt.params), tokens, model.zero_carry(len(texts)), lengths), device)
     logits, _ = jax.jit(lambda p, t, c, n: model.apply({"params": p}, t, c, n, train=False))(*args)
     return np.asarray(sigmoid(logits), dtype=np.float64)
 
@@ -30,14 +25,14 @@ def predict_probs(ckpt: Checkpoint, texts: Sequence[str], device: jax.Device | N
 def greedy_ids(ckpt: Checkpoint, prompt: np.ndarray, words: int, device: jax.Device | None = None) -> list[int]:
     """The ids of the ``words`` words that follow ``prompt`` (ids (t,)) greedily: the prompt read from a zero carry,
     then each word the argmax of the last logits (the lowest id on a tie, as torch's), fed back in. Dropout off."""
-    model = lm_model.lm_model_from_config(ckpt.config.replace(dtype="float32"), len(ckpt.vocab))
+    model = lm.model_from_config(ckpt.config.replace(dtype="float32"), len(ckpt.vocab))
 
     @jax.jit  # compiled twice: for the prompt's length, then for one word
     def next_word(params, tokens, carry):
         logits, carry = model.apply({"params": params}, tokens, carry, train=False)
         return jax.numpy.argmax(logits[-1], axis=-1)[None, :].astype(tokens.dtype), carry  # (1, 1)
 
-    params, carry = jax.device_put((lm_model.to_flax(ckpt.params), model.zero_carry(1)), device)
+    params, carry = jax.device_put((lm.to_flax(ckpt.params), model.zero_carry(1)), device)
     tokens, found = jax.device_put(np.asarray(prompt, np.int32)[:, None], device), []  # (t, 1)
     for _ in range(words):
         tokens, carry = next_word(params, tokens, carry)

@@ -1,13 +1,10 @@
-"""The JAX twin's steps: the training state, and the pure functions that jit compiles.
+"""The JAX twin's step machinery, the same for every workload: the training state, the update (PyTorch's clipping,
+Adam or SGD, --skip-nonfinite) and the jitted training step over a workload's loss (:mod:`jax_impl.classifier`,
+:mod:`jax_impl.lm`).
 
-    state, carry, metrics = train_step(state, carry, batch, key)     # jitted, state donated
-    loss_sum, correct     = eval_step(params, batch)                 # jitted, zero carry
+    state, carry, metrics = train_step(state, carry, batch, key)   # make_train_step(loss_fn, cfg); state donated
 
-Two ``jax.lax.stop_gradient`` s on the carry. The seed's ``h.detach()`` is the one in :func:`make_loss_fn`, at the
-batch boundary: the incoming carry is an input of the loss, not a graph reaching into the previous batch, so it
-changes no parameter gradient (it zeroes d loss / d carry and states the intent). The one that truncates a gradient
-is in :func:`forward`, at each ``--tbptt`` chunk boundary inside a batch. Everything random comes from keys: the
-dropout key of a step is ``fold_in(key(cfg.seed), state.step)``.
+Everything random comes from keys: the dropout key of a step is ``fold_in(key(cfg.seed), state.step)``.
 """
 from typing import Any, Callable
 
@@ -17,15 +14,11 @@ import numpy as np
 import optax
 from flax import struct
 
-from common.batches import Batch
 from common.config import Config
 from common.errors import ConfigError
 from jax_impl.convert import to_flax
 from jax_impl.distributed import Where
-from jax_impl.loss import bce_loss, bce_per_example, predictions
-from jax_impl.model import SentimentRNN
-from jax_impl.numerics import compute_dtype, param_dtype_for
-from jax_impl.recurrences.stacks import Carry
+from jax_impl.numerics import Carry, compute_dtype, param_dtype_for
 from jax_impl.optim import global_norm_torch, make_optimizer
 
 
@@ -39,14 +32,11 @@ class TrainState(struct.PyTreeNode):
 
 
 class StepMetrics(struct.PyTreeNode):
-    """Per step: ``loss`` (the batch's mean BCE before the update), ``finite`` (the loss and the gradient;
+    """Per step: ``loss`` (the batch's mean loss before the update), ``finite`` (the loss and the gradient;
     when False and --skip-nonfinite, the update was not applied)."""
 
     loss: jax.Array
     finite: jax.Array
-
-
-DeviceBatch = dict[str, jax.Array]  # "tokens" (B, T) int32, "labels" (B,) float32, "lengths" (B,) int32[, "weights"]
 
 
 def resolve_device(name: str) -> jax.Device:
@@ -63,80 +53,9 @@ def resolve_device(name: str) -> jax.Device:
 
 
 def resolve_dtype(name: str) -> Any:
-    """``--dtype`` → the compute dtype; float64 switches on JAX's x64 mode, before any array is made."""
-    if name == "float64" and not jax.config.jax_enable_x64:
-        jax.config.update("jax_enable_x64", True)
+    """``--dtype`` → the compute dtype; float64 refused (ConfigError) where JAX's x64 mode is off: a program switches
+    it on where it starts, before any array (:func:`jax_impl.numerics.compute_dtype`)."""
     return compute_dtype(name)
-
-
-def batch_to_device(batch: Batch, device: Where | None = None) -> DeviceBatch:
-    """A numpy :class:`common.batches.Batch` → ``{"tokens" (B, T) int32, "labels" (B,) float32,
-    "lengths" (B,) int32}`` on ``device`` (default: JAX's default device)."""
-    arrays = {"tokens": np.asarray(batch.tokens, np.int32), "labels": np.asarray(batch.labels, np.float32),
-              "lengths": np.asarray(batch.lengths, np.int32)}
-    return {k: jax.device_put(v, device) for k, v in arrays.items()}
-
-
-def padded_eval_batch(batch: Batch, batch_size: int, device: Where | None = None) -> DeviceBatch:
-    """An evaluation batch padded up to ``batch_size`` rows, with ``"weights"`` (B,) 1 for real rows and 0
-    for padding, so ``eval_step`` compiles once for every batch of a split."""
-    n, pad = batch.size, batch_size - batch.size
-
-    def grow(a: np.ndarray, fill: int) -> np.ndarray:
-        return np.concatenate([a, np.full((pad, *a.shape[1:]), fill, a.dtype)]) if pad else a
-
-    padded = Batch(grow(batch.tokens, 0), grow(batch.labels, 0), grow(batch.lengths, 1))
-    weights = np.concatenate([np.ones(n, np.float32), np.zeros(pad, np.float32)])
-    return {**batch_to_device(padded, device), "weights": jax.device_put(weights, device)}
-
-
-def forward(model: SentimentRNN, params: Any, batch: DeviceBatch, carry: Carry, key: jax.Array, *, train: bool,
-            use_lengths: bool, tbptt: int = 0, truncate_chunks: bool = True) -> tuple[jax.Array, Carry]:
-    """Logits (B,) of the final step and the new carry, for the whole batch or in truncated-BPTT chunks.
-
-    ``tbptt`` K (0 < K < T): the T steps run as chunks of K (a ``lax.scan`` over the full chunks, then a
-    shorter last chunk when K does not divide T), the carry passed from chunk to chunk. ``truncate_chunks``
-    puts a ``stop_gradient`` on the carry at every chunk boundary: that is what makes the gradient truncated
-    (without it, it is the full-BPTT gradient). The loss reads only the final chunk's logits.
-    """
-    tokens, lengths = batch["tokens"], batch["lengths"] if use_lengths else None
-    seq_len = tokens.shape[1]
-    if not tbptt or tbptt >= seq_len:
-        return model.apply({"params": params}, tokens, carry, lengths, train=train, rngs={"dropout": key})
-
-    def run_chunk(carry: Carry, xs: tuple[jax.Array, jax.Array]) -> tuple[Carry, jax.Array]:
-        """``xs``: (chunk index, tokens (B, K)) → ``(carry, logits (B,))``, the shape of a ``lax.scan`` body."""
-        index, chunk = xs
-        logits, carry = model.apply({"params": params}, chunk, carry, None, train=train,
-                                    rngs={"dropout": jax.random.fold_in(key, index)})
-        if truncate_chunks:
-            carry = jax.lax.stop_gradient(carry)  # the chunk boundary: no gradient into earlier chunks
-        return carry, logits
-
-    full, rest = divmod(seq_len, tbptt)
-    chunks = tokens[:, :full * tbptt].reshape(tokens.shape[0], full, tbptt).swapaxes(0, 1)  # (n, B, K)
-    carry, chunk_logits = jax.lax.scan(run_chunk, carry, (jnp.arange(full, dtype=jnp.int32), chunks))
-    logits = chunk_logits[-1]
-    if rest:
-        carry, logits = run_chunk(carry, (jnp.int32(full), tokens[:, full * tbptt:]))
-    return logits, carry
-
-
-def make_loss_fn(model: SentimentRNN, cfg: Config, *, truncate_chunks: bool = True
-                 ) -> Callable[[Any, Carry, DeviceBatch, jax.Array], tuple[jax.Array, Carry]]:
-    """``loss_fn(params, carry, batch, dropout_key) -> (mean BCE, new carry)`` in training mode."""
-    def loss_fn(params: Any, carry: Carry, batch: DeviceBatch, dropout_key: jax.Array) -> tuple[jax.Array, Carry]:
-        if cfg.detach:
-            # The seed's h.detach() (truncation at the batch boundary). In JAX the incoming carry is an input
-            # of this function, not a graph reaching into the previous batch, so the parameter gradient is
-            # the same with or without it (--no-detach changes nothing there, unlike PyTorch's error); it
-            # zeroes d loss / d carry and states the intent.
-            carry = jax.lax.stop_gradient(carry)
-        logits, new_carry = forward(model, params, batch, carry, dropout_key, train=True, tbptt=cfg.tbptt,
-                                    use_lengths=cfg.padding == "right", truncate_chunks=truncate_chunks)
-        return bce_loss(logits, batch["labels"]), new_carry
-
-    return loss_fn
 
 
 def create_train_state(model: Any, cfg: Config, neutral_params: dict[str, np.ndarray],
@@ -170,45 +89,17 @@ def make_update(cfg: Config) -> Callable[..., tuple[TrainState, Carry, StepMetri
     return update
 
 
-def make_train_step(model: SentimentRNN, cfg: Config, *, truncate_chunks: bool = True
-                    ) -> Callable[[TrainState, Carry, DeviceBatch, jax.Array], tuple[TrainState, Carry, StepMetrics]]:
-    """The classifier's jitted pure step (:func:`jit_train_step` over :func:`make_loss_fn`). ``truncate_chunks``
-    (tests only) switches off the stop_gradient at --tbptt chunk boundaries."""
-    return jit_train_step(make_loss_fn(model, cfg, truncate_chunks=truncate_chunks), cfg)
-
-
-def jit_train_step(loss_fn: Callable[[Any, Any, Any, jax.Array], tuple[jax.Array, Any]], cfg: Config
-                   ) -> Callable[[TrainState, Any, Any, jax.Array], tuple[TrainState, Any, StepMetrics]]:
+def make_train_step(loss_fn: Callable[[Any, Any, Any, jax.Array], tuple[jax.Array, Any]], cfg: Config
+                    ) -> Callable[[TrainState, Any, Any, jax.Array], tuple[TrainState, Any, StepMetrics]]:
     """The jitted pure step ``train_step(state, carry, batch, key) -> (state, carry, metrics)`` of a workload's
     ``loss_fn(params, carry, batch, dropout_key) -> (loss, new carry)``; ``state`` is donated. ``key`` is the run's
     base key; the step's dropout key is ``fold_in(key, state.step)``."""
     grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
     update = make_update(cfg)
 
-    def train_step(state: TrainState, carry: Carry, batch: DeviceBatch, key: jax.Array
+    def train_step(state: TrainState, carry: Carry, batch: Any, key: jax.Array
                    ) -> tuple[TrainState, Carry, StepMetrics]:
         (loss, new_carry), grads = grad_fn(state.params, carry, batch, jax.random.fold_in(key, state.step))
         return update(state, grads, loss, carry, new_carry)
 
     return jax.jit(train_step, donate_argnums=(0,))
-
-
-def make_eval_step(model: SentimentRNN, cfg: Config) -> Callable[[Any, DeviceBatch], tuple[jax.Array, jax.Array]]:
-    """The jitted ``eval_step(params, batch) -> (loss_sum, correct)``: from a zero carry, no dropout; sums
-    weighted by ``batch["weights"]`` (padding rows weigh 0)."""
-    def eval_step(params: Any, batch: DeviceBatch) -> tuple[jax.Array, jax.Array]:
-        carry = model.zero_carry(batch["tokens"].shape[0])
-        logits, _ = model.apply({"params": params}, batch["tokens"], carry,
-                                batch["lengths"] if cfg.padding == "right" else None, train=False)
-        return eval_sums(logits, batch)
-
-    return jax.jit(eval_step)
-
-
-def eval_sums(logits: jax.Array, batch: DeviceBatch) -> tuple[jax.Array, jax.Array]:
-    """``(loss_sum, correct)`` of ``logits`` (B,) over the batch's real rows (``batch["weights"]`` > 0): the BCE sum and
-    the number of right predictions."""
-    real = batch["weights"] > 0
-    losses = jnp.where(real, bce_per_example(logits, batch["labels"]), 0)
-    correct = jnp.where(real, predictions(logits) == batch["labels"].astype(logits.dtype), False)
-    return jnp.sum(losses), jnp.sum(correct.astype(jnp.int32))

@@ -4,8 +4,9 @@ the same written in Flax NNX: ``python -m jax_impl.train --flax-api nnx``, or th
 
 The loop is ``common.loop.train``, the same program as ``torch_impl.train`` (flags, data order, carry modes,
 log line, metrics JSONL, neutral and training checkpoints). :class:`JaxTwin` is the JAX side of it, a few
-lines over the pure, jitted steps of :mod:`jax_impl.step` (the language model's: :mod:`jax_impl.lm_step`), where
-the seed's ``h.detach()`` is ``jax.lax.stop_gradient(carry)``. ``--devices N`` runs the same jitted steps data-parallel
+lines over the jitted step of :mod:`jax_impl.step` and what the workload supplies (:mod:`jax_impl.classifier`,
+:mod:`jax_impl.lm`: model, loss, evaluation, converters), where the seed's ``h.detach()`` is
+``jax.lax.stop_gradient(carry)``. ``--devices N`` runs the same jitted steps data-parallel
 over N devices: only where arrays are placed changes (:mod:`jax_impl.distributed`).
 """
 import math
@@ -13,80 +14,76 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
-from common import interrupts
+import jax
+from flax import nnx
 
-interrupts.exit_on_ctrl_c(__name__)  # first: Ctrl-C while the imports below load is one line and exit 130
-
-import jax  # noqa: E402
-
-from common import loop  # noqa: E402
-from common.config import Config, parse_config  # noqa: E402
-from common.errors import ConfigError, cli_main  # noqa: E402
-from common.params import Params  # noqa: E402
-from common.precision import BFLOAT16_RULES  # noqa: E402
-from common.runstate import Progress  # noqa: E402
-from jax_impl import lm_model, nnx_model, nnx_step, rng_lowering, xla_env  # noqa: E402
-from jax_impl.recurrences import choice, kernel, onednn  # noqa: E402
-from jax_impl.convert import from_flax, from_nnx, to_flax, to_nnx  # noqa: E402
-from jax_impl.lm_step import make_lm_eval_step, make_lm_train_step, window_to_device  # noqa: E402
-from jax_impl.distributed import placement  # noqa: E402
-from jax_impl.model import model_from_config  # noqa: E402
-from jax_impl.numerics import param_dtype_for  # noqa: E402
-from jax_impl.optim import set_lr  # noqa: E402
-from jax_impl.state import load_training_state, save_training_state  # noqa: E402
-from jax_impl.step import (TrainState, batch_to_device, create_train_state, make_eval_step,  # noqa: E402
-                           make_train_step, padded_eval_batch, resolve_device, resolve_dtype)
+from common import interrupts, loop
+from common.config import Config, parse_config
+from common.errors import ConfigError, cli_main
+from common.params import Params
+from common.precision import BFLOAT16_RULES
+from common.runstate import Progress
+from jax_impl import classifier, lm, nnx_model, nnx_step, threefry, xla_env
+from jax_impl.recurrences import choice
+from jax_impl.convert import from_nnx, to_nnx
+from jax_impl.numerics import param_dtype_for
+from jax_impl.optim import set_lr
+from jax_impl.state import load_training_state, save_training_state
+from jax_impl.step import (StepMetrics, TrainState, create_train_state, make_train_step, make_update,
+                           resolve_device, resolve_dtype)
 
 PROG = "python -m jax_impl.train"
 
 
+WORKLOADS = {"classifier": classifier, "lm": lm}  # each workload's JAX side: the twin reads one, once
+
+
+def host_loss(metrics: StepMetrics) -> float:
+    """A step's loss as a float, NaN when the loss or the gradient was not finite: the step's one host sync."""
+    loss, finite = jax.device_get((metrics.loss, metrics.finite))
+    return float(loss) if finite else math.nan
+
+
 class JaxTwin:
-    """The JAX twin for ``common.loop``, either workload: state is a :class:`jax_impl.step.TrainState`, the carry a
-    tuple of L per-layer carries (``(h, c)`` pairs; the GRU's ``h``), both placed on the run's device (or, the
-    classifier's, split over its mesh along the batch axis)."""
+    """The JAX twin for ``common.loop``, either workload (:data:`WORKLOADS`: its model, loss, evaluation, converters
+    and placement): state is a :class:`jax_impl.step.TrainState`, the carry a tuple of L per-layer carries (``(h, c)``
+    pairs; the GRU's ``h``), both placed on the run's device (or, the classifier's, split over its mesh along the batch
+    axis). For the bench, :meth:`lower` and :meth:`train_step_parts`."""
 
     def __init__(self, cfg: Config, vocab_size: int, device: jax.Device):
         if cfg.torch_compile:
             raise ConfigError("--torch-compile is PyTorch's: JAX's steps are always jit-compiled")
         if not cfg.flush_denormal and device.platform == "cpu":
             raise ConfigError("--no-flush-denormal is PyTorch's: XLA always flushes denormals to zero on the CPU")
-        self.lm = cfg.workload == "lm"
-        if self.lm and cfg.devices > 1:
-            raise ConfigError("the language model trains on one device: data parallelism (--devices) is the "
-                              "classifier's")
-        self.place = placement(cfg.replace(devices=1) if self.lm else cfg, device)  # on one device: `device` itself
-        self.cfg, self.is_main = cfg, True  # one process drives every device
-        self.key = jax.device_put(jax.random.key(cfg.seed), self.place.replicated)  # dropout: fold_in(key, step)
-        unrolled = rng_lowering.unroll_threefry_on_cpu()  # before the steps are lowered: the same bits, faster
-        impl = self.build(cfg, vocab_size, device)
+        self.workload = WORKLOADS[cfg.workload]
+        self.place = self.workload.placement(cfg, device)  # on one device: `device` itself
+        self.cfg, self.is_main, self.parts = cfg, True, None  # one process drives every device
+        # dropout: fold_in(key, step); JAX's threefry bits, its rounds written out on the CPU (faster there)
+        self.key = jax.device_put(threefry.key(cfg.seed, device.platform), self.place.replicated)
+        run = choice.Run.of(cfg, device.platform, self.place.devices)
+        impl = choice.resolve(cfg.lstm_impl, run)
+        self.build(cfg, vocab_size, device)
         self.record = {"framework": "jax", "jax": jax.__version__, "device": self.place.describe(),
                        "devices": self.place.devices, "dtype": cfg.dtype, "lstm_impl": impl,
                        "flush_denormal": device.platform == "cpu", "allow_tf32": cfg.allow_tf32,
                        "matmul_precision": self.model.precision.name.lower(), **xla_env.record()}
         if cfg.lstm_impl == "auto":  # which implementation the default ran, and why that one
-            self.record["lstm_impl_auto"] = choice.auto(choice.Run.of(cfg, device.platform, self.place.devices))[1]
+            self.record["lstm_impl_auto"] = choice.auto(run)[1]
         if device.platform == "cpu":
-            self.record["threefry_lowering"] = "unrolled" if unrolled else "rolled (JAX's default on the CPU)"
-        if impl == "onednn":  # the vendor kernel's version, threads and measured float rule
-            self.record.update(onednn.describe())
-        if impl == "kernel":  # its GEMM, threads and gate math
-            self.record.update(kernel.describe(cfg.hidden_dim))
+            self.record["threefry_lowering"] = "unrolled"
+        describe = choice.REGISTRY[impl].describe  # a native one's library: its version, GEMM, threads, float rules
+        if describe is not None:
+            self.record.update(describe(cfg.hidden_dim))
         if cfg.dtype == "bfloat16":  # what the model computes in bfloat16 (scan: PyTorch's autocast, flax: Flax's)
             rules = "flax" if impl == "flax" else "native" if cfg.padding == "right" else "onednn"
             self.record["bfloat16"] = BFLOAT16_RULES[rules]
 
-    def build(self, cfg: Config, vocab_size: int, device: jax.Device) -> str:
-        """The model, its jitted steps (``step``, ``evaluate``) and its neutral ⇄ Flax conversions; returns the LSTM
-        implementation that runs."""
-        if self.lm:
-            self.model = lm_model.lm_model_from_config(cfg, vocab_size)
-            self.step, self.evaluate = make_lm_train_step(self.model, cfg), make_lm_eval_step(self.model)
-            self.to_flax, self.from_flax = lm_model.to_flax, lm_model.from_flax
-            return self.model.impl
-        self.model = model_from_config(cfg, vocab_size, device.platform, self.place.devices)
-        self.step, self.evaluate = make_train_step(self.model, cfg), make_eval_step(self.model, cfg)
-        self.to_flax, self.from_flax = to_flax, from_flax
-        return self.model.lstm_impl
+    def build(self, cfg: Config, vocab_size: int, device: jax.Device) -> None:
+        """The workload's model, its jitted steps (``step``, ``evaluate``) and its neutral ⇄ Flax conversions."""
+        self.model = self.workload.model_from_config(cfg, vocab_size, device.platform, self.place.devices)
+        self.step = make_train_step(self.workload.make_loss_fn(self.model, cfg), cfg)
+        self.evaluate = self.workload.make_eval_step(self.model, cfg)
+        self.to_flax, self.from_flax = self.workload.to_flax, self.workload.from_flax
 
     def init_state(self, params: Params) -> TrainState:
         return create_train_state(self.model, self.cfg, params, self.place.replicated, self.to_flax)
@@ -96,16 +93,11 @@ class JaxTwin:
         return jax.device_put(zeros, self.place.data)  # committed, as the state is
 
     def train_step(self, state: TrainState, carry: Any, batch) -> tuple[TrainState, Any, float]:
-        on_device = window_to_device(batch, self.place.data) if self.lm else batch_to_device(batch, self.place.data)
-        state, carry, metrics = self.step(state, carry, on_device, self.key)
-        loss, finite = jax.device_get((metrics.loss, metrics.finite))  # the step's one host sync
-        return state, carry, float(loss) if finite else math.nan
+        state, carry, metrics = self.step(state, carry, self.workload.to_device(batch, self.place.data), self.key)
+        return state, carry, host_loss(metrics)
 
     def eval_step(self, state: TrainState, carry: Any, batch) -> tuple[Any, tuple[jax.Array, Any]]:
-        if self.lm:
-            carry, loss_sum = self.evaluate(state.params, carry, window_to_device(batch, self.place.data))
-            return carry, (loss_sum, batch.targets.size)
-        return carry, self.evaluate(state.params, padded_eval_batch(batch, self.cfg.batch_size, self.place.data))
+        return self.workload.evaluate(self.evaluate, state.params, carry, batch, self.cfg, self.place.data)
 
     def sum_over_processes(self, loss_sum: float, second: float) -> tuple[float, float]:
         return loss_sum, second  # the sharded arrays' sums are already global
@@ -126,6 +118,39 @@ class JaxTwin:
     def restore_state(self, path: Path, state: TrainState, carry: Any) -> tuple[Progress, tuple[TrainState, Any]]:
         return load_training_state(path, state, carry)
 
+    def lower(self, kind: str, state: TrainState, carry: Any, batch) -> jax.stages.Lowered:
+        """The jitted ``kind`` step ("train" or "eval") lowered for ``batch``'s shapes, with the arguments
+        :meth:`train_step` and :meth:`eval_step` give it: to compile it ahead of its first call and read its HLO."""
+        if kind == "train":
+            return self.step.lower(state, carry, self.workload.to_device(batch, self.place.data), self.key)
+        return self.evaluate.lower(state.params, *self.workload.eval_inputs(carry, batch, self.cfg, self.place.data))
+
+    def train_step_parts(self, state: Any, carry: Any, batch, clock) -> tuple[Any, Any, float, dict[str, float]]:
+        """:meth:`train_step` as three jitted functions (:meth:`part_functions`), each waited for by ``clock.lap``:
+        ``forward`` (the loss), ``backward`` (the loss and its gradient, less the forward's time), ``optimizer`` (the
+        update), then the workload's own parts (the language model's ``decoder``); ``(state, carry, loss, seconds per
+        part)``. XLA fuses the whole step across the parts, so their times add up to a little more than the step's."""
+        if self.parts is None:  # compiled in their first call
+            self.parts = (*self.part_functions(), self.workload.timed_parts(self.model, self.place.data))
+        loss_of, grads_of, update, own_parts = self.parts
+        device_batch, key = self.workload.to_device(batch, self.place.data), jax.random.fold_in(self.key, state.step)
+        forward = clock.lap(loss_of(state, carry, device_batch, key))
+        (loss, new_carry), grads = out = grads_of(state, carry, device_batch, key)
+        backward = clock.lap(out) - forward
+        state, carry, metrics = out = update(state, grads, loss, carry, new_carry)
+        parts = {"forward": forward, "backward": backward, "optimizer": clock.lap(out),
+                 **own_parts(state, device_batch, clock)}
+        return state, carry, host_loss(metrics), parts
+
+    def part_functions(self) -> tuple[Callable, Callable, Callable]:
+        """:meth:`train_step_parts`'s jitted ``loss_of(state, carry, batch, key)``, ``grads_of`` (the same, with the
+        gradient) and ``update(state, grads, loss, carry, new_carry) -> (state, carry, metrics)``: the workload's
+        ``make_loss_fn`` and :func:`jax_impl.step.make_update`."""
+        loss_fn = self.workload.make_loss_fn(self.model, self.cfg)
+        loss_of, grads_of = jax.jit(loss_fn), jax.jit(jax.value_and_grad(loss_fn, has_aux=True))
+        return (lambda state, *rest: loss_of(state.params, *rest), lambda state, *rest: grads_of(state.params, *rest),
+                jax.jit(make_update(self.cfg)))
+
 
 class NnxTwin(JaxTwin):
     """The JAX twin written in Flax NNX (``--flax-api nnx``, the classifier): the model of :mod:`jax_impl.nnx_model`
@@ -137,35 +162,56 @@ class NnxTwin(JaxTwin):
         self.record["flax_api"] = "nnx"
         self.record.pop("lstm_impl_auto", None)  # under NNX, auto has one choice: nothing to explain
 
-    def build(self, cfg: Config, vocab_size: int, device: jax.Device) -> str:
-        """Flax NNX's model and its ``nnx.jit`` steps; the implementation that runs is Flax's stock cell."""
-        impl = choice.resolve(cfg.lstm_impl, choice.Run.of(cfg, device.platform, self.place.devices))
+    def build(self, cfg: Config, vocab_size: int, device: jax.Device) -> None:
+        """Flax NNX's model and its ``nnx.jit`` steps (the implementation that runs is Flax's stock cell)."""
         self.model = nnx_model.model_from_config(cfg, vocab_size)  # copied, with the run's weights, by init_state
         self.step, self.evaluate = nnx_step.make_train_step(cfg), nnx_step.make_eval_step(cfg)
         self.to_flax, self.from_flax = to_nnx, from_nnx
-        return impl
 
     def init_state(self, params: Params) -> nnx_step.TrainState:
         return nnx_step.create_train_state(self.model, self.cfg, params, self.place.replicated)
 
     def train_step(self, state: nnx_step.TrainState, carry: Any, batch) -> tuple[nnx_step.TrainState, Any, float]:
-        carry, metrics = self.step(state.model, state.optimizer, carry, batch_to_device(batch, self.place.data),
-                                   self.key)
-        loss, finite = jax.device_get((metrics.loss, metrics.finite))  # the step's one host sync
-        return state, carry, float(loss) if finite else math.nan
+        carry, metrics = self.step(*self.nnx_args(state, carry, batch))
+        return state, carry, host_loss(metrics)
 
     def eval_step(self, state: nnx_step.TrainState, carry: Any, batch) -> tuple[Any, tuple[jax.Array, Any]]:
-        return carry, self.evaluate(state.model, padded_eval_batch(batch, self.cfg.batch_size, self.place.data))
+        return self.workload.evaluate(self.evaluate, state.model, carry, batch, self.cfg, self.place.data)
+
+    def nnx_args(self, state: nnx_step.TrainState, carry: Any, batch) -> tuple:
+        """The ``nnx.jit`` training step's arguments: the model and the optimizer it updates in place, then the
+        linen step's."""
+        return state.model, state.optimizer, carry, self.workload.to_device(batch, self.place.data), self.key
+
+    def lower(self, kind: str, state: nnx_step.TrainState, carry: Any, batch) -> jax.stages.Lowered:
+        """``nnx.jit``'s own ``lower``, on the model and optimizer the steps take."""
+        if kind == "train":
+            return self.step.lower(*self.nnx_args(state, carry, batch))
+        return self.evaluate.lower(state.model, *self.workload.eval_inputs(carry, batch, self.cfg, self.place.data))
+
+    def part_functions(self) -> tuple[Callable, Callable, Callable]:
+        """:meth:`JaxTwin.part_functions` as three ``nnx.jit`` functions of :mod:`jax_impl.nnx_step`: the loss and
+        ``nnx.value_and_grad``'s gradient of the model, and ``make_update``, which updates the model and the optimizer
+        in place (so the state it returns is the one it was given)."""
+        loss_fn = nnx_step.make_loss_fn(self.cfg)
+        loss_of, grads_of = nnx.jit(loss_fn), nnx.jit(nnx.value_and_grad(loss_fn, has_aux=True))
+        update_in_place = nnx.jit(nnx_step.make_update(self.cfg))
+
+        def update(state, grads, loss, carry, new_carry):
+            return state, *update_in_place(state.model, state.optimizer, grads, loss, carry, new_carry)
+
+        return (lambda state, *rest: loss_of(state.model, *rest), lambda state, *rest: grads_of(state.model, *rest),
+                update)
 
 
 @contextmanager
 def twin_maker(cfg: Config) -> Iterator[Callable[[Config, int], JaxTwin]]:
     """How :func:`train` builds its twin (``--flax-api``: linen's :class:`JaxTwin`, or :class:`NnxTwin`): on the run's
     device, made JAX's default while the context is open. The benchmark's workers build theirs through it too."""
-    resolve_dtype(cfg.dtype)
     device = resolve_device(cfg.device)
-    devices = 1 if cfg.workload == "lm" else placement(cfg, device).devices  # the language model: one (JaxTwin)
+    devices = WORKLOADS[cfg.workload].placement(cfg, device).devices
     choice.resolve(cfg.lstm_impl, choice.Run.of(cfg, device.platform, devices))  # fails before the data is read
+    resolve_dtype(cfg.dtype)  # and float64 where JAX's x64 mode is off: main() switches it on
     twin = NnxTwin if cfg.flax_api == "nnx" else JaxTwin
     with jax.default_device(device):
         yield lambda cfg, vocab_size: twin(cfg, vocab_size, device)
@@ -182,6 +228,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     cfg = parse_config(argv, PROG, "Train the LSTM sentiment classifier or the word-level language model with "
                        "JAX/Flax.")
     xla_env.configure()  # XLA_FLAGS: read once, when the first backend starts
+    if cfg.dtype == "float64":  # JAX's x64 mode is the process's: set where the program starts, before any array
+        jax.config.update("jax_enable_x64", True)
     train(cfg)
     return 0
 

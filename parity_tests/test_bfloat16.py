@@ -1,7 +1,7 @@
 """bfloat16: each twin's mixed precision against its own float32, and the two against each other. Float32 parity is
 rounding; bfloat16 parity is a band, measured here and held with a factor of safety. What each twin computes in
 bfloat16 (``common.precision``) was found by replaying PyTorch's autocast exactly (docs/mixed-precision.md); the JAX
-scan stack follows it (:class:`jax_impl.recurrences.stacks.AutocastLSTMCell`), so one forward pass agrees to a few
+scan stack follows it (:class:`jax_impl.recurrences.scan.AutocastLSTMCell`), so one forward pass agrees to a few
 float32-level flips of a bfloat16 rounding, and 50 training steps stay within a band a quarter of each twin's own
 bfloat16 drift.
 
@@ -18,8 +18,8 @@ import pytest
 import torch
 
 from common.config import Config
-from jax_impl.recurrences import stacks
-from jax_impl import step as jax_step
+from jax_impl.recurrences import scan
+from jax_impl import classifier as jax_classifier
 from jax_impl.loss import sigmoid
 from jax_impl.numerics import bfloat16_dot, round_to, to_bfloat16
 from parity_tests import report
@@ -29,7 +29,7 @@ from parity_tests.test_native import needs_library
 from parity_tests.twins import (flax_module, flax_params, jax_carry, make_twin, stacked_from_jax, stacked_from_torch,
                                 torch_hidden, torch_module, trajectory)
 from torch_impl.numerics import autocast, lacks_bfloat16_lstm
-from torch_impl.step import to_device
+from torch_impl.classifier import to_device
 
 CPU = torch.device("cpu")
 needs_onednn_bfloat16 = pytest.mark.skipif(lacks_bfloat16_lstm(CPU), reason="this CPU has no oneDNN bfloat16: PyTorch "
@@ -59,7 +59,7 @@ def share_apart(a: np.ndarray, b: np.ndarray) -> float:
     return float(np.mean(np.abs(a - b) > 1e-6 * np.maximum(1.0, np.abs(a))))
 
 
-class CellStateInFloat32(stacks.AutocastLSTMCell):
+class CellStateInFloat32(scan.AutocastLSTMCell):
     """A deliberate semantic change: oneDNN's cell, but c carried from step to step in float32."""
 
     @nn.compact
@@ -117,7 +117,7 @@ def test_the_onednn_stack_in_bfloat16_computes_what_pytorchs_autocast_computes_b
 
 @needs_onednn_bfloat16
 def test_a_float32_cell_state_in_one_twin_falls_outside_the_forward_band(trajectory_setup, monkeypatch):
-    monkeypatch.setattr(stacks, "AutocastLSTMCell", CellStateInFloat32)
+    monkeypatch.setattr(scan, "AutocastLSTMCell", CellStateInFloat32)
     (_, (h_t, _)), (_, (h_j, _)) = forward_both(trajectory_setup, "left")
     report.at_least("bfloat16 forward, JAX carrying c in float32: share of final h apart (effect)",
                     share_apart(h_t, h_j), SHARE_EFFECT)
@@ -183,7 +183,7 @@ def test_bfloat16_trajectories_stay_within_their_bands(losses, padding):
 
 @pytest.mark.slow
 def test_the_loss_computed_in_bfloat16_in_one_twin_falls_outside_the_twins_band(trajectory_setup, losses, monkeypatch):
-    monkeypatch.setattr(jax_step, "bce_loss", bce_in_bfloat16)
+    monkeypatch.setattr(jax_classifier, "bce_loss", bce_in_bfloat16)
     cfg = trajectory_setup.cfg.replace(dtype="bfloat16")
     twin = make_twin("jax", cfg, trajectory_setup.vocab_size)  # a twin of its own: it traces the patched loss
     changed = np.array(trajectory(twin, cfg, trajectory_setup.data(cfg), trajectory_setup.neutral, BFLOAT16_STEPS)[0])

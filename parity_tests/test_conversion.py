@@ -12,7 +12,8 @@ from common.params import Params
 from jax_impl import convert
 from parity_tests import report
 from parity_tests.twins import jax_carry, flax_module, stacked_from_jax, torch_module
-from torch_impl.model import export_params, load_params, model_from_config
+from torch_impl.classifier import model_from_config
+from torch_impl.model import export_params, load_params
 
 
 def assert_bitwise(check: str, original: Params, returned: Params, ordered: bool = True) -> None:

@@ -21,8 +21,7 @@ import torch
 
 from common.batches import Batch
 from common.params import init_params
-from jax_impl import model as jax_model
-from jax_impl import step as jax_step
+from jax_impl import classifier as jax_classifier
 from parity_tests import report
 from parity_tests.configs import SEED_CFG
 from parity_tests.twins import (flax_params, jax_carry, neutral_from_flax, torch_hidden, torch_loss_and_grads,
@@ -70,9 +69,9 @@ def torch_moments(setup, cfg=CFG):
 def jax_moments(setup, cfg=CFG):
     """Mean and variance over DRAWS dropout keys of the JAX twin's training loss and gradients."""
     params, batch, carry = setup
-    model = jax_model.model_from_config(cfg, VOCAB)
-    loss_fn = jax_step.make_loss_fn(model, cfg)
-    device_batch = jax_step.batch_to_device(batch)
+    model = jax_classifier.model_from_config(cfg, VOCAB)
+    loss_fn = jax_classifier.make_loss_fn(model, cfg)
+    device_batch = jax_classifier.to_device(batch)
 
     def one(key):
         (loss, _), grads = jax.value_and_grad(loss_fn, has_aux=True)(flax_params(params), jax_carry(carry),

@@ -18,7 +18,7 @@ from parity_tests import report
 from parity_tests.conftest import nonzero_carry
 from parity_tests.twins import (flax_params, jax_carry, flax_module, stacked_from_jax, stacked_from_torch,
                                 torch_hidden, torch_module, zeros_stacked)
-from torch_impl.step import to_device
+from torch_impl.classifier import to_device
 
 # Float32 through 200 time steps and two layers: each side rounds differently (PyTorch's fused gates vs
 # XLA's), and the differences do not grow in a contracting LSTM: measured ≤ 7e-7 in (h, c), 6e-8 in the

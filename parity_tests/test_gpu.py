@@ -21,7 +21,7 @@ from parity_tests.test_forward import CASES, FORWARD_TOL
 from parity_tests.test_trajectories import LOSS_TOL
 from parity_tests.twins import (flax_params, jax_carry, flax_module, stacked_from_jax, stacked_from_torch,
                                 make_twin, torch_hidden, torch_module, trajectory, zeros_stacked)
-from torch_impl.step import to_device
+from torch_impl.classifier import to_device
 
 JAX_GPUS = [d for d in jax.devices() if d.platform == "gpu"]
 TORCH_GPU = torch.cuda.is_available()

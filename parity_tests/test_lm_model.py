@@ -3,7 +3,7 @@ JAX's ``jax_impl.lm_model`` at small sizes (V 120, E = H 24, L 2, T 7, B 3), LST
 (``scan``: PyTorch's cells under Flax ``nn.RNN``; ``flax``: Flax's stock cells fed the same weights; for the LSTM also
 ``fused``, ``onednn`` and ``kernel``, one layer at a time).
 
-Every comparison starts both twins from one neutral tree (``common.lm_params.init_lm_params``). Cases: the forward
+Every comparison starts both twins from one neutral tree (``common.params.init_lm_params``). Cases: the forward
 pass (logits at every step and the final carry) from a zero and from a non-zero carry; the loss (mean cross-entropy
 over the T·B tokens) and every parameter's gradient, untied and tied; the second of two consecutive windows, the
 carry handed over and truncated (``repackage_hidden`` / ``stop_gradient``); the cross-entropy alone; and all of it
@@ -25,14 +25,17 @@ import numpy as np
 import pytest
 import torch
 
-from common.lm_params import init_lm_params
-from common.params import Params
-from jax_impl import lm_model as jax_lm
+from common.params import Params, init_lm_params
+from jax_impl import lm as jax_lm
+from jax_impl import lm_model
+from jax_impl.loss import cross_entropy
 from jax_impl.recurrences import choice
 from parity_tests import report
 from parity_tests.conftest import nonzero_carry
 from parity_tests.twins import torch_grads, worst_relative_diff
-from torch_impl import lm_model as torch_lm
+from torch_impl import lm as torch_lm
+from torch_impl import lm_model as torch_lm_model
+from torch_impl.model import load_params
 from torch_impl.step import repackage_hidden
 
 V, E, H, L, T, B = 120, 24, 24, 2, 7, 3
@@ -86,9 +89,9 @@ def neutral_params(cell: str, tied: bool) -> Params:
 # ---------------------------------------------------------------- PyTorch
 
 
-def torch_model(cell: str, tied: bool, dtype: torch.dtype) -> torch_lm.RNNModel:
-    model = torch_lm.RNNModel(V, E, H, L, cell, dropout=0.0, tied=tied)
-    torch_lm.load_params(model, neutral_params(cell, tied))
+def torch_model(cell: str, tied: bool, dtype: torch.dtype) -> torch_lm_model.RNNModel:
+    model = torch_lm_model.RNNModel(V, E, H, L, cell, dropout=0.0, tied=tied)
+    load_params(model, neutral_params(cell, tied))
     return model.to(dtype).train()
 
 
@@ -140,7 +143,7 @@ def jax_loss_grad(cell: str, impl: str, tied: bool, dtype_name: str, windows: tu
     """``jit(value_and_grad)`` of ``(params, carry) → (the last window's loss, (its logits, its final carry))``, the
     ``windows`` run in turn inside the function, each carry handed on across ``stop_gradient``."""
     dtype = jnp.dtype(dtype_name)
-    model = jax_lm.RNNModel(V, E, H, L, cell, dropout=0.0, tied=tied, impl=impl, dtype=dtype)
+    model = lm_model.RNNModel(V, E, H, L, cell, dropout=0.0, tied=tied, impl=impl, dtype=dtype)
 
     def loss_fn(params, carry):
         for w in windows[:-1]:
@@ -148,7 +151,7 @@ def jax_loss_grad(cell: str, impl: str, tied: bool, dtype_name: str, windows: tu
             carry = jax.lax.stop_gradient(carry)
         tokens, targets = WINDOWS[windows[-1]]
         logits, carry = model.apply({"params": params}, tokens, carry, train=True)
-        return jax_lm.cross_entropy(logits, targets), (logits, carry)
+        return cross_entropy(logits, targets), (logits, carry)
 
     return jax.jit(jax.value_and_grad(loss_fn, has_aux=True))
 
@@ -199,7 +202,8 @@ def float64_differences() -> dict:
 
 # ---------------------------------------------------------------- the tests
 
-# Both cells on the stock recurrences; the LSTM on the tuned and native ones too (LSTM_ONLY: the classifier's, per layer).
+# Both cells on the stock recurrences; the LSTM on the tuned and native ones too (LSTM_ONLY: the classifier's, per
+# layer).
 CASES = [(cell, impl) for cell in CELLS for impl in IMPLS] + [("lstm", impl) for impl in LSTM_ONLY]
 CASE_IDS = [f"{cell}-{impl}" for cell, impl in CASES]
 
@@ -272,7 +276,7 @@ def test_lm_cross_entropy_and_its_gradient_agree():
     logits_t = torch.tensor(logits, requires_grad=True)
     loss_t = torch_lm.cross_entropy(logits_t, torch.from_numpy(targets))
     loss_t.backward()
-    loss_j, grad_j = jax.jit(jax.value_and_grad(jax_lm.cross_entropy))(logits, targets)
+    loss_j, grad_j = jax.jit(jax.value_and_grad(cross_entropy))(logits, targets)
     report.within("lm cross-entropy, logits N(0, 10²): loss rel.", abs(loss_t.item() - float(loss_j)) / loss_t.item(),
                   REL_TOL)
     grad_t = logits_t.grad.numpy()

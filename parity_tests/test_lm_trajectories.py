@@ -21,7 +21,7 @@ import pytest
 from common.config import Config
 from common.tests.lm_corpus import LM_TINY, write_lm_corpus
 from common.workloads import load_run
-from jax_impl import lm_model
+from jax_impl import lm
 from jax_impl.recurrences import choice
 from parity_tests import report
 from parity_tests.twins import make_twin, trajectory
@@ -59,7 +59,7 @@ def params_as_float64(twin, state) -> dict[str, np.ndarray]:
     float64 run to the checkpoint's float32)."""
     if twin.record["framework"] == "torch":
         return {name: p.detach().double().numpy() for name, p in twin.model.named_parameters()}
-    return lm_model.from_flax(state.params, np.float64)
+    return lm.from_flax(state.params, np.float64)
 
 
 def relative(a, b) -> float:

@@ -12,7 +12,7 @@ import pytest
 
 from parity_tests import report
 from parity_tests.conftest import nonzero_carry
-from jax_impl import step as jax_step
+from jax_impl import classifier as jax_classifier
 from parity_tests.twins import (flax_module, flax_params, jax_carry, jax_loss_grad, neutral_from_flax, torch_hidden,
                                 torch_loss_and_grads, torch_module, worst_relative_diff, worst_scaled_diff,
                                 zeros_stacked)
@@ -56,7 +56,7 @@ def test_loss_and_every_gradient_agree(seed_setup, grad_fns, torch_model, paddin
     loss_t, grads_t = torch_loss_and_grads(torch_model, batch, torch_hidden(carry0),
                                             cfg.replace(padding=padding))
     (loss_j, _), grads = grad_fns[padding](flax_params(seed_setup.neutral), jax_carry(carry0),
-                                           jax_step.batch_to_device(batch), jax.random.key(0))
+                                           jax_classifier.to_device(batch), jax.random.key(0))
     grads_j = neutral_from_flax(grads)
 
     label = f"loss/grad {padding} T200, {start} carry"

@@ -19,7 +19,7 @@ import torch
 from common.batches import Batch
 from common.errors import UnsupportedError
 from jax_impl.recurrences import native
-from jax_impl import step as jax_step
+from jax_impl import classifier as jax_classifier
 from jax_impl.loss import sigmoid
 from jax_impl.recurrences.choice import Run, auto
 from parity_tests import report
@@ -31,7 +31,7 @@ from parity_tests.test_trajectories import LOSS_TOL as TRAJECTORY_TOL
 from parity_tests.twins import (flax_module, flax_params, jax_carry, jax_loss_grad, neutral_from_flax, stacked_from_jax,
                                 stacked_from_torch, torch_hidden, torch_loss_and_grads, torch_module, trajectory,
                                 worst_relative_diff, worst_scaled_diff, zeros_stacked)
-from torch_impl.step import to_device
+from torch_impl.classifier import to_device
 
 LIBRARIES = {"fused": None, "onednn": "onednn_lstm", "kernel": "lstm_kernel"}  # the native library each needs
 DEFAULT = auto(Run(platform="cpu"))[0]  # the default rows' implementation (test_forward, test_trajectories...)
@@ -91,7 +91,7 @@ def test_loss_and_every_gradient_agree(seed_setup, impl, padding, start, steps):
     torch_model = torch_module(cfg.replace(lstm_impl="auto"), seed_setup.neutral, seed_setup.vocab_size)
     loss_t, grads_t = torch_loss_and_grads(torch_model, batch, torch_hidden(carry0), cfg)
     (loss_j, _), grads = jax_loss_grad(flax_module(cfg, seed_setup.vocab_size), cfg)(
-        flax_params(seed_setup.neutral), jax_carry(carry0), jax_step.batch_to_device(batch), jax.random.key(0))
+        flax_params(seed_setup.neutral), jax_carry(carry0), jax_classifier.to_device(batch), jax.random.key(0))
     grads_j = neutral_from_flax(grads)
     label = f"{impl}: loss/grad {padding} T{steps}, {start} carry"
     report.within(f"{label}: loss", abs(loss_t - float(loss_j)), LOSS_TOL)
@@ -120,5 +120,6 @@ def test_training_trajectories_agree_for_200_steps(trajectory_setup, jax_twins, 
 
 def test_onednn_refuses_right_padding_in_one_line(seed_setup):
     needs_library("onednn")
-    with pytest.raises(UnsupportedError, match=r"^--lstm-impl onednn: it takes no sequence lengths \(--padding right\)"):
+    refusal = r"^--lstm-impl onednn: it takes no sequence lengths \(--padding right\)"
+    with pytest.raises(UnsupportedError, match=refusal):
         flax_module(seed_setup.cfg.replace(lstm_impl="onednn", padding="right"), seed_setup.vocab_size)

@@ -13,7 +13,7 @@ import pytest
 from flax import nnx
 
 from jax_impl import convert, nnx_model, nnx_step
-from jax_impl import step as jax_step
+from jax_impl import classifier as jax_classifier
 from parity_tests import report
 from parity_tests.configs import TRAJECTORY_MODES, TRAJECTORY_STEPS
 from parity_tests.test_loss_grads import GRAD_TOL, LOSS_TOL, REL_GRAD_TOL
@@ -35,7 +35,7 @@ def test_loss_and_every_gradient_agree_at_the_seeds_shapes(seed_setup):
     state = nnx_step.create_train_state(nnx_model.model_from_config(cfg, seed_setup.vocab_size), cfg,
                                         seed_setup.neutral)
     loss_and_grads = nnx.jit(nnx.value_and_grad(nnx_step.make_loss_fn(cfg), has_aux=True))
-    (loss_j, _), grads = loss_and_grads(state.model, jax_carry(carry0), jax_step.batch_to_device(batch),
+    (loss_j, _), grads = loss_and_grads(state.model, jax_carry(carry0), jax_classifier.to_device(batch),
                                         jax.random.key(0))
     grads_j = {k: v.astype(np.float64) for k, v in convert.from_nnx(jax.device_get(nnx.to_pure_dict(grads))).items()}
     report.within("nnx: loss/grad left T200, zero carry: loss", abs(loss_t - float(loss_j)), LOSS_TOL)

@@ -16,11 +16,12 @@ import pytest
 
 from parity_tests import report
 from common.batches import batches
-from jax_impl import step as jax_step
+from jax_impl import classifier as jax_classifier
 from parity_tests.twins import (flax_module, flax_params, jax_carry, jax_loss_grad, neutral_from_flax,
                                 torch_loss_and_grads, torch_module, zeros_stacked)
 from torch_impl.model import export_params
-from torch_impl.step import TrainState, make_optimizer, train_step
+from torch_impl.classifier import train_step
+from torch_impl.step import TrainState, make_optimizer
 
 pytestmark = pytest.mark.slow  # tens of seconds each on a 2-core CPU
 
@@ -69,7 +70,7 @@ def jax_raw_grads(setup_and_batch):
     cfg = setup.cfg
     grad_fn = jax_loss_grad(flax_module(cfg, setup.vocab_size), cfg)
     _, grads = grad_fn(flax_params(setup.neutral), jax_carry(zeros_stacked(cfg, batch.size)),
-                       jax_step.batch_to_device(batch), jax.random.key(cfg.seed))
+                       jax_classifier.to_device(batch), jax.random.key(cfg.seed))
     return neutral_from_flax(grads)
 
 

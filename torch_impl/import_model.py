@@ -12,18 +12,15 @@ import re
 from pathlib import Path
 from typing import Sequence
 
+import torch
+
 from common import interrupts
-
-interrupts.exit_on_ctrl_c(__name__)  # first: Ctrl-C while the imports below load is one line and exit 130
-
-import torch  # noqa: E402
-
-from common.checkpoint import save_checkpoint, validate_params  # noqa: E402
-from common.config import Config, Parser  # noqa: E402
-from common.errors import CheckpointError, cli_main  # noqa: E402
-from common.files import read_json  # noqa: E402
-from common.params import Params  # noqa: E402
-from common.text import vocab_from_word_ids  # noqa: E402
+from common.checkpoint import save_checkpoint, validate_params
+from common.config import Config, Parser
+from common.errors import CheckpointError, cli_main
+from common.files import read_json
+from common.params import Params
+from common.text import vocab_from_word_ids
 
 
 def read_state_dict(path: Path) -> Params:

@@ -2,15 +2,14 @@
 between layers) → dropout → Linear(V) at every time step. Time-major, as the example: tokens (T, B) → logits
 (T, B, V).
 
-Its parameter names are the neutral tree's (``common.lm_params``), so converting is a copy, the classifier's
-:func:`load_params` (neutral → model) and :func:`export_params` (model → neutral, bitwise for float32), both over
-``named_parameters()``, which lists a tied weight once, as ``encoder.weight``.
+Its parameter names are the neutral tree's (``common.params``), so converting is a copy, the classifier's
+:func:`torch_impl.model.load_params` (neutral → model) and :func:`torch_impl.model.export_params` (model → neutral,
+bitwise for float32), both over ``named_parameters()``, which lists a tied weight once, as ``encoder.weight``.
 """
 import torch
 from torch import nn
 
-from common.lm_params import check_lm_sizes, init_lm_params
-from torch_impl.model import export_params, load_params  # noqa: F401 (the same copy serves both models)
+from common.params import check_lm_sizes
 
 # LSTM: (h, c), each (L, B, H); GRU: h (L, B, H)
 LMHidden = tuple[torch.Tensor, torch.Tensor] | torch.Tensor
@@ -47,25 +46,3 @@ class RNNModel(nn.Module):
             return (weight.new_zeros(self.layers, batch_size, self.hidden_dim),
                     weight.new_zeros(self.layers, batch_size, self.hidden_dim))
         return weight.new_zeros(self.layers, batch_size, self.hidden_dim)
-
-
-def cross_entropy(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    """The example's loss: ``nn.CrossEntropyLoss`` of ``logits`` (T, B, V) against ``targets`` (T, B), the mean over
-    all T·B tokens (perplexity = exp of it)."""
-    return nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
-
-
-def make_lm_model(vocab_size: int, embed_dim: int, hidden_dim: int, layers: int, cell: str = "lstm",
-                  dropout: float = 0.5, tied: bool = False, seed: int = 0) -> RNNModel:
-    """The model holding the shared initial weights ``init_lm_params(seed=seed)`` (never torch's own initialisation,
-    so both twins start from the same numbers). CPU, float32."""
-    model = RNNModel(vocab_size, embed_dim, hidden_dim, layers, cell, dropout, tied)
-    load_params(model, init_lm_params(vocab_size, embed_dim, hidden_dim, layers, cell, tied, seed))
-    return model
-
-
-def lm_model_from_config(cfg, vocab_size: int) -> RNNModel:
-    """The language model ``cfg`` describes (``--cell``, ``--tied``, sizes, ``--dropout``), holding the shared initial
-    weights ``init_lm_params(seed=cfg.seed)``. CPU, float32."""
-    return make_lm_model(vocab_size, cfg.embed_dim, cfg.hidden_dim, cfg.layers, cfg.cell, cfg.dropout, cfg.tied,
-                         cfg.seed)

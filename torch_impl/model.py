@@ -9,7 +9,7 @@ from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence
 
 from common.errors import CheckpointError
-from common.params import Params, init_params
+from common.params import Params
 
 Hidden = tuple[torch.Tensor, torch.Tensor]  # (h, c), each (L, B, H)
 
@@ -48,14 +48,6 @@ class SentimentRNN(nn.Module):
     def init_hidden(self, batch_size: int) -> Hidden:
         """Zeros ``(h, c)``, each (L, B, H), on the model's device and in its dtype."""
         return tuple(self.fc.weight.new_zeros(self.layers, batch_size, self.hidden_dim) for _ in range(2))
-
-
-def model_from_config(cfg, vocab_size: int) -> SentimentRNN:
-    """The model ``cfg`` describes, holding the shared initial weights ``init_params(seed=cfg.seed)``
-    (never torch's own initialisation, so both twins start from the same numbers). CPU, float32."""
-    model = SentimentRNN(vocab_size, cfg.embed_dim, cfg.hidden_dim, cfg.layers, cfg.dropout, cfg.fc_dropout)
-    load_params(model, init_params(vocab_size, cfg.embed_dim, cfg.hidden_dim, cfg.layers, seed=cfg.seed))
-    return model
 
 
 def load_params(model: nn.Module, params: Params) -> None:

@@ -2,23 +2,20 @@
 checkpoint; from a language model's, ``CKPT_DIR "中国 人民" --words N`` continues the prompt greedily."""
 from typing import Sequence
 
+import numpy as np
+import torch
+
 from common import interrupts
-
-interrupts.exit_on_ctrl_c(__name__)  # first: Ctrl-C while the imports below load is one line and exit 130
-
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
-
-from common.checkpoint import Checkpoint  # noqa: E402
-from common.predict import encode_for, predict_main  # noqa: E402
-from torch_impl.lm_model import lm_model_from_config  # noqa: E402
-from torch_impl.model import SentimentRNN, load_params, model_from_config  # noqa: E402
-from torch_impl.numerics import resolve_device, set_numerics  # noqa: E402
+from common.checkpoint import Checkpoint
+from common.predict import encode_for, predict_main
+from torch_impl import classifier, lm
+from torch_impl.model import SentimentRNN, load_params
+from torch_impl.numerics import resolve_device, set_numerics
 
 
 def model_from_checkpoint(ckpt: Checkpoint, device: torch.device) -> SentimentRNN:
     set_numerics(ckpt.config, device)  # the float rules the twins share by default
-    model = model_from_config(ckpt.config, len(ckpt.vocab))
+    model = classifier.model_from_config(ckpt.config, len(ckpt.vocab))
     load_params(model, ckpt.params)
     return model.to(device).eval()
 
@@ -42,7 +39,7 @@ def greedy_ids(ckpt: Checkpoint, prompt: np.ndarray, words: int, device: torch.d
     """The ids of the ``words`` words that follow ``prompt`` (ids (t,)) greedily: the prompt read from a zero state,
     then each word the argmax of the last logits (the lowest id on a tie), fed back in. Dropout off."""
     set_numerics(ckpt.config, device)
-    model = lm_model_from_config(ckpt.config, len(ckpt.vocab))
+    model = lm.model_from_config(ckpt.config, len(ckpt.vocab))
     load_params(model, ckpt.params)
     model = model.to(device).eval()
     tokens, hidden, found = torch.from_numpy(prompt).to(device).long()[:, None], model.init_hidden(1), []  # (t, 1)

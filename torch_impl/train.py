@@ -2,10 +2,11 @@
 pytorch/examples' word-level language model: ``python -m torch_impl.train --workload lm [--cell gru] ...``.
 
 The loop is ``common.loop.train``, the same program as ``jax_impl.train``: the hidden state starts at zeros
-each epoch and is carried from batch to batch; :func:`torch_impl.step.train_step` detaches it at the start of
-every batch (``repackage_hidden``), then BCELoss on the sigmoid output, gradients clipped at ``--clip``, Adam.
-:class:`TorchTwin` is the PyTorch side of the loop. ``--no-detach`` reproduces the seed's famous error. The language
-model's steps (:mod:`torch_impl.lm_step`) detach at every ``--bptt`` window in the same way.
+each epoch and is carried from batch to batch; the workload's ``forward`` (:mod:`torch_impl.classifier`,
+:mod:`torch_impl.lm`) detaches it at the start of every batch or window (``repackage_hidden``), then its loss (BCELoss
+on the sigmoid output; the language model's cross-entropy), and :func:`torch_impl.step.update` clips the gradients at
+``--clip`` and steps Adam or SGD. :class:`TorchTwin` is the PyTorch side of the loop. ``--no-detach`` reproduces the
+seed's famous error.
 
 Several devices: ``torchrun --nproc_per_node N -m torch_impl.train ...`` trains the same global batches with
 DistributedDataParallel, each process on its slice of every batch (:mod:`torch_impl.distributed`).
@@ -14,28 +15,23 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
-from common import interrupts
+import torch
 
-interrupts.exit_on_ctrl_c(__name__)  # first: Ctrl-C while the imports below load is one line and exit 130
-
-import torch  # noqa: E402
-
-from common import loop  # noqa: E402
-from common.batches import Batch  # noqa: E402
-from common.config import Config, parse_config  # noqa: E402
-from common.errors import ConfigError, cli_main  # noqa: E402
-from common.params import Params  # noqa: E402
-from common.precision import BFLOAT16_RULES  # noqa: E402
-from common.runstate import Progress  # noqa: E402
-from torch_impl.distributed import (World, check_config, dropout_seed, join_process_group,  # noqa: E402
+from common import interrupts, loop
+from common.batches import Batch
+from common.config import Config, parse_config
+from common.errors import ConfigError, cli_main
+from common.params import Params
+from common.precision import BFLOAT16_RULES
+from common.runstate import Progress
+from torch_impl.distributed import (World, check_config, dropout_seed, join_process_group,
                                      leave_process_group, world_from_environment, wrap)
-from torch_impl import lm_step  # noqa: E402
-from torch_impl.lm_model import lm_model_from_config  # noqa: E402
-from torch_impl.model import Hidden, export_params, load_params, model_from_config  # noqa: E402
-from torch_impl.state import (load_training_state, restore_training_state, save_training_state,  # noqa: E402
+from torch_impl import classifier, lm, step
+from torch_impl.model import Hidden, export_params, load_params
+from torch_impl.state import (load_training_state, restore_training_state, save_training_state,
                               write_checkpoint)
-from torch_impl.numerics import lstm_kernel, resolve_device, resolve_dtype, set_numerics  # noqa: E402
-from torch_impl.step import TrainState, eval_step, make_optimizer, set_lr, train_step  # noqa: E402
+from torch_impl.numerics import lstm_kernel, resolve_device, resolve_dtype, set_numerics
+from torch_impl.step import TrainState, make_optimizer, set_lr
 
 PROG = "python -m torch_impl.train"
 
@@ -48,21 +44,26 @@ def no_detach_message(err: RuntimeError) -> str:
             f"which is the default: drop --no-detach.")
 
 
+WORKLOADS = {"classifier": classifier, "lm": lm}  # each workload's PyTorch side: the twin reads one, once
+
+
 class TorchTwin:
-    """The PyTorch twin for ``common.loop``, either workload. Under torchrun (``world``, the classifier) each process
-    trains through DDP on its rows of every batch and carries their hidden state; rank 0 prints and writes files."""
+    """The PyTorch twin for ``common.loop``, either workload (:data:`WORKLOADS`: its model, loss and evaluation). Under
+    torchrun (``world``, the classifier) each process trains through DDP on its rows of every batch and carries their
+    hidden state; rank 0 prints and writes files. For the bench, :meth:`lower` and :meth:`train_step_parts`."""
 
     def __init__(self, cfg: Config, vocab_size: int, device: torch.device, world: World | None):
-        self.cfg, self.world, self.device, self.lm = cfg, world, device, cfg.workload == "lm"
+        self.cfg, self.world, self.device, self.workload = cfg, world, device, WORKLOADS[cfg.workload]
         numerics = set_numerics(cfg, device)  # before the model: its initialisation starts the intra-op threads
-        model = lm_model_from_config(cfg, vocab_size) if self.lm else model_from_config(cfg, vocab_size)
+        model = self.workload.model_from_config(cfg, vocab_size)
         self.model = model.to(device=device, dtype=resolve_dtype(cfg.dtype))
+        self.parts = None  # train_step_parts' workload parts, made at its first call
         self.is_main = world is None or world.is_main
         self.processes = world.size if world else 1
         kernel = lstm_kernel(cfg, device)
         self.record = {"framework": "torch", "torch": torch.__version__, "device": str(device),
                        "devices": self.processes, "dtype": cfg.dtype,
-                       "lstm_impl": f"nn.{cfg.cell.upper()}" if self.lm else "nn.LSTM", "lstm_kernel": kernel,
+                       "lstm_impl": f"nn.{cfg.cell.upper()}", "lstm_kernel": kernel,  # the classifier's cell: lstm
                        **numerics}
         if cfg.dtype == "bfloat16":  # what autocast computes in bfloat16 with this kernel
             self.record["bfloat16"] = BFLOAT16_RULES[kernel]
@@ -82,7 +83,7 @@ class TorchTwin:
     def train_step(self, state: TrainState, carry: Hidden, batch: Batch) -> tuple[TrainState, Hidden, float]:
         batch = batch if self.world is None else self.world.part(batch)  # this rank's contiguous rows
         try:
-            state, carry, loss = (lm_step.train_step if self.lm else train_step)(state, carry, batch, self.cfg)
+            state, carry, loss = self.workload.train_step(state, carry, batch, self.cfg)
         except RuntimeError as err:  # then ``carry`` is still the incoming one
             if not self.cfg.detach and carry[0].grad_fn is not None:  # it reaches into the previous batch's graph
                 raise ConfigError(no_detach_message(err)) from None
@@ -92,12 +93,10 @@ class TorchTwin:
 
     def eval_step(self, state: TrainState, carry: Any, batch: Any) -> tuple[Any, tuple[Any, Any]]:
         model = state.model if self.cfg.torch_compile else self.model  # (under DDP state.model is the wrapper)
-        if self.lm:
-            return lm_step.eval_step(model, carry, batch, dtype=self.cfg.dtype)
         batch = batch if self.world is None else self.world.part(batch)
         if batch.size == 0:  # a last batch smaller than the number of ranks
             return carry, (0.0, 0)
-        return carry, eval_step(model, batch, packed=self.cfg.padding == "right", dtype=self.cfg.dtype)
+        return self.workload.eval_step(model, carry, batch, self.cfg)
 
     def sum_over_processes(self, loss_sum: float, second: float) -> tuple[float, float]:
         return (loss_sum, second) if self.world is None else tuple(self.world.sum(loss_sum, second))
@@ -131,6 +130,25 @@ class TorchTwin:
                 torch.manual_seed(dropout_seed(self.cfg.seed, self.world.rank, progress.step))
         return progress, (state, carry)
 
+    def lower(self, kind: str, state: TrainState, carry: Hidden, batch: Any) -> None:
+        """Nothing to lower: PyTorch runs its steps eagerly (under --torch-compile, Dynamo works inside the first
+        call)."""
+
+    def train_step_parts(self, state: TrainState, carry: Any, batch: Any, clock: Any
+                         ) -> tuple[TrainState, Any, float, dict[str, float]]:
+        """:meth:`train_step` from its parts, the workload's ``forward`` and :mod:`torch_impl.step`'s ``backward`` and
+        ``update``, ``clock.lap()`` read after each (after a device sync), then the workload's own parts (the language
+        model's ``decoder``): ``(state, carry, loss, seconds per part)``."""
+        if self.parts is None:
+            self.parts = self.workload.timed_parts(self.model)
+        loss, new_carry, finite = self.workload.forward(state.model, carry, batch, self.cfg)
+        forward = clock.lap()
+        step.backward(state.model, loss)
+        backward = clock.lap()
+        state, carry, loss = step.update(state, carry, new_carry, loss, finite, self.cfg)
+        parts = {"forward": forward, "backward": backward, "optimizer": clock.lap(), **self.parts(batch, clock)}
+        return state, carry, loss.item(), parts
+
 
 @contextmanager
 def twin_maker(cfg: Config) -> Iterator[Callable[[Config, int], TorchTwin]]:
@@ -141,8 +159,7 @@ def twin_maker(cfg: Config) -> Iterator[Callable[[Config, int], TorchTwin]]:
     if cfg.flax_api != "linen":
         raise ConfigError(f"--flax-api {cfg.flax_api} is JAX-only: PyTorch runs nn.LSTM (leave --flax-api linen)")
     world = world_from_environment()
-    if world is not None and cfg.workload == "lm":
-        raise ConfigError("the language model trains in one process: data parallelism (torchrun) is the classifier's")
+    WORKLOADS[cfg.workload].check_world(world)
     check_config(cfg, world)
     device = resolve_device(cfg.device)
     resolve_dtype(cfg.dtype)

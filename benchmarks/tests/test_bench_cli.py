@@ -193,10 +193,10 @@ def test_lm_quick_run_times_its_rows_with_parity_at_a_small_lr_and_counts_the_de
     parity = doc["parity"]
     assert parity["status"] == "ok" and len(parity["losses"]["torch:eager"]) == 5
     assert all(0 <= parity["max_abs_dloss"][k] < 1e-5 for k in ("jax:scan", "jax:flax", "jax:fused"))
-    # cuDNN serves the classifier only: not applicable, with the reason jax_impl.recurrences.choice gives.
+    # cuDNN on the CPU: not applicable, with the reason jax_impl.recurrences.choice gives.
     cudnn = rows["cudnn", "train"]
     assert cudnn["status"] == "n/a" and cudnn["step_s"] is None
-    assert cudnn["error"].startswith("--lstm-impl cudnn: it serves the classifier only")
+    assert cudnn["error"] == "--lstm-impl cudnn: it needs a CUDA GPU, and this backend is cpu"
     assert ("compile", "train") not in rows  # --quick leaves torch:compile out (plan.LM_QUICK_LEAVES_OUT)
     # The variant list names the row jax_impl.train's default runs, as choice.auto answers in the workers.
     impl, why = auto(Run(workload="lm", platform="cpu"))

@@ -9,7 +9,8 @@ PROGRAM ARGS...`` for a ``.py`` file), sent SIGINT by its own process at a chose
 - ``exit``: from an ``atexit`` callback, once the program has returned and the interpreter finishes.
 
 A signal at a known moment makes an interrupt test exact. The program runs as ``__main__`` (``runpy``), as ``python
--m`` runs it, and knows nothing of this; the exit status and the output are its own.
+-m`` runs it, with its own command line in ``sys.orig_argv`` and the project's packages imported anew, and knows
+nothing of this; the exit status and the output are its own.
 """
 import atexit
 import functools
@@ -20,6 +21,8 @@ import runpy
 import signal
 import sys
 from typing import Any, Callable
+
+from common.interrupts import PACKAGES
 
 
 def interrupt() -> None:
@@ -69,8 +72,12 @@ def main(argv: list[str]) -> None:
         raise SystemExit(__doc__.split("\n\n")[0])  # the usage: exit status 1
     when, program, *args = argv
     kind, *where = when.split(":")
-    # Ctrl-C as a terminal delivers it, even where this process inherited SIGINT ignored (a shell's background job).
+    # As the program's own command starts: Ctrl-C delivered as a terminal does (even where this process inherited
+    # SIGINT ignored, as a shell's background job does), its command line, none of the project's modules loaded yet.
     signal.signal(signal.SIGINT, signal.default_int_handler)
+    sys.orig_argv = [sys.executable, *([] if program.endswith(".py") else ["-m"]), program, *args]
+    for name in [name for name in sys.modules if name.split(".")[0] in PACKAGES]:
+        del sys.modules[name]
     if kind == "import":
         sys.meta_path.insert(0, InterruptAtImport(*where))
     elif kind in ("call", "gc"):

@@ -13,7 +13,7 @@ import pytest
 
 from common import interrupts
 from common.errors import cli_main
-from common.tests.conftest import run_python
+from common.tests.conftest import REPO_ROOT, run_python
 
 
 @pytest.fixture
@@ -90,9 +90,9 @@ def test_an_interrupted_process_exits_without_finalisation(python_code, status, 
 
 @pytest.fixture
 def early_handler(python_sigint):
-    """:func:`interrupts.exit_on_ctrl_c` as a program's first lines call it (a SIGINT would end pytest: none is sent
+    """:func:`interrupts.exit_on_ctrl_c` as a command's packages install it (a SIGINT would end pytest: none is sent
     outside a handled() block)."""
-    interrupts.exit_on_ctrl_c("__main__")
+    interrupts.exit_on_ctrl_c()
     early = signal.getsignal(signal.SIGINT)
     yield early
     signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -102,6 +102,49 @@ def test_importing_a_command_line_module_installs_no_handler(python_code):
     proc = python_code("import signal\nimport common.data\n"
                        "print(signal.getsignal(signal.SIGINT) is signal.default_int_handler)")
     assert (proc.returncode, proc.stdout) == (0, "True\n"), proc.stderr
+
+
+def test_a_users_program_that_imports_every_package_keeps_pythons_sigint_handling(tmp_path):
+    program = tmp_path / "users_program.py"
+    program.write_text(f"import signal, sys\nsys.path.insert(0, {str(REPO_ROOT)!r})\n"
+                       f"import {', '.join(interrupts.PACKAGES)}, common.data\n"
+                       "print(signal.getsignal(signal.SIGINT) is signal.default_int_handler)")
+    proc = run_python([str(program)])
+    assert (proc.returncode, proc.stdout) == (0, "True\n"), proc.stderr
+
+
+@pytest.mark.parametrize("argv, is_a_command", [
+    (["python", "-m", "jax_impl.train", "--max-steps", "2"], True),
+    (["python", "-u", "-W", "ignore", "-X", "importtime", "-mtorch_impl.train"], True),
+    (["python", "-m", "common.data"], True),
+    (["python", f"{REPO_ROOT}/benchmarks/bench.py", "--quick"], True),
+    (["python", "-m", "pytest", "-q"], False),
+    (["python", "-c", "import jax_impl.train", "-m", "jax_impl.train"], False),
+    (["python", "-"], False),
+    (["python", "/tmp/users_program.py"], False),
+    (["python", f"{REPO_ROOT}/setup_helper.py"], False),  # the repository's folder, but none of its packages
+    (["python"], False),
+])
+def test_a_command_of_the_project_is_a_module_or_a_script_of_its_packages(argv, is_a_command):
+    assert interrupts.is_a_command(argv) is is_a_command
+
+
+def test_in_a_command_the_handler_is_in_force_before_the_interrupt_modules_heavier_imports(python_code):
+    # What the handler was as typing and threading (this module's heavier imports) started to load.
+    proc = python_code("import signal, sys\nsys.orig_argv = [sys.executable, '-m', 'jax_impl.train']\n"
+                       "seen = {}\nclass Watch:\n    def find_spec(self, name, path, target=None):\n"
+                       "        if name in ('typing', 'threading'):\n"
+                       "            seen[name] = signal.getsignal(signal.SIGINT).__name__\n"
+                       "assert 'typing' not in sys.modules and 'threading' not in sys.modules\n"
+                       "sys.meta_path.insert(0, Watch())\nimport common.interrupts\nprint(sorted(seen.items()))")
+    assert (proc.returncode, proc.stdout) == (0, "[('threading', '_exit_at_once'), ('typing', '_exit_at_once')]\n"), \
+        proc.stderr
+
+
+def test_the_packages_that_install_the_handler_are_the_ones_the_wheel_installs():
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11
+    pyproject = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())
+    assert set(interrupts.PACKAGES) == set(pyproject["tool"]["scikit-build"]["wheel"]["packages"])
 
 
 def test_a_handled_block_takes_over_from_the_early_handler_and_gives_it_back(early_handler):
@@ -172,7 +215,7 @@ def test_importing_common_interrupts_imports_only_the_standard_library(python_co
 
 # A program's life outside handled() blocks, in a fresh interpreter: its start (the imports) and its end.
 PROGRAM = ("import gc, os, signal\nfrom common import interrupts\nfrom common.errors import cli_main\n"
-           "interrupts.exit_on_ctrl_c('__main__')\n"
+           "interrupts.exit_on_ctrl_c()\n"
            "def ctrl_c(*_):\n    os.kill(os.getpid(), signal.SIGINT)\n")
 
 
@@ -231,14 +274,14 @@ def test_a_second_sigint_while_the_first_is_on_its_way_out_keeps_its_message(pyt
     assert (proc.returncode, proc.stdout, proc.stderr) == (130, "", "interrupted at step 3\n")
 
 
-# Each command line, sent SIGINT as one of its heavy modules starts to load (jax_impl.recurrences.native.build imports
-# none: its package's imports run before its first line).
+# Each command line, sent SIGINT as one of its heavy modules starts to load.
 LOADING = {"jax_impl.train": "flax", "torch_impl.train": "torch.nn", "jax_impl.predict": "jax",
            "torch_impl.predict": "torch", "torch_impl.import_model": "torch", "torch_impl.export_model": "torch",
            "common.data": "numpy", "benchmarks/bench.py": "benchmarks.convergence", "benchmarks.worker": "numpy",
-           "benchmarks.profile_step": "jax", "benchmarks.loop_cost": "jax", "benchmarks.rng_cost": "jax",
-           "benchmarks.gemm_choice": "common.config", "scripts/gpu_check.py": "common.config",
-           "scripts/preflight.py": "common.errors", "benchmarks.ngram_baseline": "nltk"}
+           "studies.profile_step": "jax", "studies.loop_cost": "jax", "studies.rng_cost": "jax",
+           "studies.gemm_choice": "common.config", "scripts/gpu_check.py": "common.config",
+           "scripts/preflight.py": "common.errors", "studies.ngram_baseline": "nltk",
+           "studies.ctrl_c_window": "common.config", "tools.publish": "common.config"}
 
 
 @pytest.mark.parametrize("program", list(LOADING))

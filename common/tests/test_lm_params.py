@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from common.errors import ConfigError
-from common.lm_params import init_lm_params, lm_param_shapes
+from common.params import init_lm_params, lm_param_shapes
 
 V, E, H, L = 2000, 32, 32, 2
 

@@ -1,12 +1,15 @@
-"""The JAX twin's recurrence implementations, a library both workloads' models call; :mod:`.choice` alone decides
-which one runs (``--lstm-impl``) and refuses what one cannot compute.
+"""The JAX twin's recurrence library, one for both workloads' models: every implementation serves one interface, a
+layer over a sequence (:mod:`.interface`), declared once in its own module; :mod:`.choice` alone decides which runs.
 
-    choice   the one owner of --lstm-impl: auto, and every implementation's conditions and refusals
-    stacks   Flax nn.RNN over PyTorch's LSTM and GRU cells (scan, the reference) or Flax's stock cells (flax), layer
-             by layer, every step's output returned: the classifier's and the language model's
-    fused    XLA's fused LSTM: a wavefront loop with hand-written gradients (the classifier's)
-    cudnn    cuDNN's LSTM through jax.experimental.rnn (the classifier's, CUDA)
-    onednn   oneDNN's LSTM primitive through XLA's FFI (the classifier's, CPU)
-    kernel   our recurrence kernel through XLA's FFI (the classifier's, CPU)
-    native/  the C++ behind onednn and kernel, its build and its loader
+    interface  Recurrence, what an implementation declares: its layers, its conditions, its optional overrides
+    cells      PyTorch's LSTM and GRU cell equations, the reference every implementation is tested against
+    stack      RNNStack: the parameters, the dropout masks and the one layer loop, for both workloads
+    choice     REGISTRY (the only list), auto, and the refusals derived from the declarations
+    scan       Flax nn.RNN over the reference cells (bfloat16: PyTorch's autocast)
+    stock      "flax": Flax's stock cells fed PyTorch's weights
+    fused      XLA loops with hand-written gradients; the embedding fold and the two-layer wavefront
+    kernel     our recurrence kernel through XLA's FFI (CPU)
+    onednn     oneDNN's LSTM primitive through XLA's FFI (CPU)
+    cudnn      cuDNN's LSTM through jax.experimental.rnn (CUDA)
+    native/    the C++ behind onednn and kernel, its build and its loader
 """

@@ -1,30 +1,28 @@
-"""Which recurrence computes a run: the one owner of ``--lstm-impl``, for both workloads. Every condition an
-implementation puts on a run is written here once, in :func:`obstacle`; naming an implementation that has one is
-refused with it (:func:`resolve`), and ``auto`` passes over one that has one (:func:`auto`).
+"""Which recurrence computes a run: the one owner of ``--lstm-impl``, for both workloads. :data:`REGISTRY` is the only
+list of implementations; what each puts on a run is its own declaration (:class:`.interface.Recurrence`), which
+:func:`obstacle` reads. Naming an implementation that has an obstacle is refused with it (:func:`resolve`), and
+``auto`` passes over one that has one (:func:`auto`).
 
     resolve("auto", Run())                    → "kernel" or "fused" (the classifier's default on the CPU, float32)
     resolve("onednn", Run(padding="right"))   → UnsupportedError: --lstm-impl onednn: it takes no sequence lengths ...
-    resolve("fused", Run("lm", cell="gru"))   → UnsupportedError: --lstm-impl fused: it computes the LSTM ...
-    auto(Run(workload="lm"))                  → ("scan", why)
+    resolve("fused", Run("lm", cell="gru"))   → UnsupportedError: --lstm-impl fused: it computes the LSTM cell only ...
+    auto(Run(workload="lm"))                  → ("fused", why)
     resolve("auto", Run(flax_api="nnx"))      → "flax" (nnx.RNN over Flax's stock cell: the only one NNX runs)
 
-The implementations, each a module of this package that computes and never decides where it may run (see the
-package's docstring): ``fused``, ``scan`` and ``flax`` (``stacks``), ``cudnn``, ``onednn``, ``kernel``. Under
-``--flax-api nnx`` the classifier is :mod:`jax_impl.nnx_model`, Flax's stock cell under ``nnx.RNN``, and what it cannot
-serve is refused here too (:func:`nnx_obstacle`).
+Under ``--flax-api nnx`` the classifier is :mod:`jax_impl.nnx_model`, Flax's stock cell under ``nnx.RNN``, and what it
+cannot serve is refused here too (:func:`nnx_obstacle`). ``LSTM_KERNEL_ISA`` (the kernel's forced instruction set) is
+checked whatever runs: a value that names none, or one this CPU cannot run, is refused.
 """
 from dataclasses import dataclass
 
 import jax
 
 from common.errors import ConfigError, UnsupportedError
-from jax_impl.recurrences import cudnn, kernel, native, onednn
-from jax_impl.recurrences.layers import LAYERS
+from jax_impl.recurrences import cudnn, fused, kernel, native, onednn, scan, stock
+from jax_impl.recurrences.interface import Recurrence
 
-# What each workload's model can run: the classifier's stacks (jax_impl.model.STACKS) read the final carries; the
-# language model's layers (jax_impl.recurrences.layers.LAYERS) every step's output, and per cell.
-IMPLS = {"classifier": ("fused", "scan", "flax", "cudnn", "onednn", "kernel"), "lm": tuple(LAYERS)}
-NATIVE = {"onednn": onednn.NAME, "kernel": kernel.NAME}  # the implementations behind a library of ours
+REGISTRY: dict[str, Recurrence] = {r.name: r for r in (fused.RECURRENCE, scan.RECURRENCE, stock.RECURRENCE,
+                                                        cudnn.RECURRENCE, onednn.RECURRENCE, kernel.RECURRENCE)}
 
 
 @dataclass(frozen=True)
@@ -52,41 +50,23 @@ class Run:
 
 
 def obstacle(impl: str, run: Run) -> str | None:
-    """Why ``impl`` cannot compute ``run``, in words that follow "it" (None: it can). The library of a native
-    implementation is validated (:func:`jax_impl.recurrences.native.validated`) only once nothing else stands in the
-    way."""
-    if impl not in IMPLS[run.workload]:
-        return (f"it serves the classifier only: its stack returns the final carries, and no GPU was at hand to test "
-                f"a layer returning every step's (the language model runs {', '.join(IMPLS['lm'])})")
-    if run.workload == "lm" and run.cell not in LAYERS[impl]:
-        return (f"it computes the LSTM cell only; a GRU runs "
-                f"{' or '.join(name for name in LAYERS if run.cell in LAYERS[name])}")
-    if impl == "fused" and run.dtype == "bfloat16":
-        return "it does not implement bfloat16's mixed precision (float32 parameters and carry); use scan or auto"
-    if impl == "cudnn":
-        if run.backend not in ("gpu", "cuda"):
-            return f"it needs a CUDA GPU, and this backend is {run.backend}"
-        if run.dtype == "bfloat16":
-            return f"it cannot compute bfloat16: jax.experimental.rnn says \"{cudnn.bfloat16_refusal()}\"; use auto"
-        if run.dtype != "float32":
-            return f"it computes float32 only, not {run.dtype}; use auto"
-    if impl in NATIVE:
-        if run.backend != "cpu":
-            return f"it is a CPU kernel, and this backend is {run.backend}"
-        dtypes = ("float32", "bfloat16") if impl == "onednn" else ("float32",)
-        if run.dtype not in dtypes:
-            return f"it computes {' or '.join(dtypes)} only, not {run.dtype}; use scan or auto"
-        if impl == "onednn" and run.padding == "right":
-            return ("it takes no sequence lengths (--padding right): oneDNN's RNN primitive has none, and PyTorch runs "
-                    "packed sequences on its ATen cell instead")
-        if run.devices > 1:
-            return "it runs on one device: XLA cannot split a custom call over a mesh"
-        unavailable = native.unavailable(NATIVE[impl]) or (kernel.isa_problem() if impl == "kernel" else None)
-        if unavailable:
-            return unavailable
-        if impl == "onednn" and run.dtype == "bfloat16" and not onednn.has_bfloat16():
-            return "this CPU's oneDNN has no bfloat16 LSTM (it refused the primitive); use scan or auto"
-    return None
+    """Why ``impl`` cannot compute ``run``, in words that follow "it" (None: it can), from its declaration: the
+    cell, the platform, the dtype, sequence lengths, a mesh, then its own check (a library is validated only once
+    nothing else stands in the way)."""
+    r = REGISTRY[impl]
+    words = lambda key: r.why.get(key, "").format(dtype=run.dtype, backend=run.backend)  # noqa: E731
+    if run.cell not in r.layers:
+        runs = " or ".join(name for name, other in REGISTRY.items() if run.cell in other.layers)
+        return f"it computes the {' and '.join(r.layers).upper()} cell only; a {run.cell.upper()} runs {runs}"
+    if r.platforms is not None and run.backend not in r.platforms:
+        return words("platform")
+    if run.dtype not in r.dtypes:
+        return r.why.get(run.dtype) or words("dtype")
+    if run.padding == "right" and not r.lengths:
+        return words("lengths")
+    if run.devices > 1 and not r.mesh:
+        return words("mesh")
+    return r.check(run.dtype) if r.check else None
 
 
 def nnx_obstacle(run: Run) -> str | None:
@@ -108,7 +88,7 @@ def auto(run: Run) -> tuple[str, str]:
     (``docs/language-model.md``), and ``scan`` for the GRU (no tuned GRU exists). The classifier: under bfloat16
     ``scan`` (PyTorch's mixed precision, which the fused recurrence and the kernel do not implement); our kernel where
     nothing stands in its way and it runs its AVX-512 or AVX2 tiles, the fastest on the CPUs measured
-    (``benchmarks/PERFORMANCE.md``); else XLA's fused recurrence. Under ``--flax-api nnx``: Flax's stock cell, the one
+    (``docs/performance.md``); else XLA's fused recurrence. Under ``--flax-api nnx``: Flax's stock cell, the one
     the NNX model runs."""
     if run.flax_api == "nnx":
         return "flax", "Flax NNX: nnx.RNN over Flax's stock nnx.OptimizedLSTMCell, the one cell the NNX model runs"
@@ -120,17 +100,31 @@ def auto(run: Run) -> tuple[str, str]:
     if run.dtype == "bfloat16":
         return "scan", "bfloat16: the scan stack computes PyTorch's mixed precision"
     passed_over = obstacle("kernel", run) or (
-        "it runs its portable path here (no AVX2 tiles), measured slower than XLA's (benchmarks/PERFORMANCE.md)"
+        "it runs its portable path here (no AVX2 tiles), measured slower than XLA's (docs/performance.md)"
         if kernel.isa() == "portable" else None)
     if passed_over is None:
         return "kernel", f"our kernel: float32 on one CPU device, with its {kernel.GEMMS[kernel.isa()]}"
     return "fused", f"XLA's fused recurrence, not our kernel: {passed_over}"
 
 
+def forced_isa_problem() -> str | None:
+    """Why ``LSTM_KERNEL_ISA`` cannot be honoured, whatever runs: a value naming no instruction set, or one this CPU
+    cannot run (None: unset, or runnable, or no kernel library here to run it)."""
+    try:
+        if kernel.requested_isa() is None or native.unavailable(kernel.NAME):
+            return None
+    except UnsupportedError as err:
+        return str(err)
+    return kernel.isa_problem()
+
+
 def resolve(name: str, run: Run) -> str:
     """``--lstm-impl`` → the implementation that runs: ``auto``'s choice, or ``name`` itself where nothing stands in
     its way; otherwise an :class:`UnsupportedError` saying what does, in one line. Under ``--flax-api nnx`` that is
     ``flax`` (``auto`` or ``flax``; any other name is a :class:`ConfigError`), where :func:`nnx_obstacle` has none."""
+    forced = forced_isa_problem()
+    if forced:
+        raise UnsupportedError(forced)
     if run.flax_api == "nnx":
         why = nnx_obstacle(run)
         if why:
@@ -141,8 +135,8 @@ def resolve(name: str, run: Run) -> str:
         return "flax"
     if name == "auto":
         return auto(run)[0]
-    if name not in IMPLS["classifier"]:
-        raise ConfigError(f"--lstm-impl must be one of auto, {', '.join(IMPLS['classifier'])}, got {name!r}")
+    if name not in REGISTRY:
+        raise ConfigError(f"--lstm-impl must be one of auto, {', '.join(REGISTRY)}, got {name!r}")
     why = obstacle(name, run)
     if why:
         raise UnsupportedError(f"--lstm-impl {name}: {why}")

@@ -1,20 +1,17 @@
-"""PyTorch's ``nn.LSTM`` for XLA:CPU as pure JAX functions whose recurrences have hand-written gradients.
+"""``fused``: PyTorch's ``nn.LSTM`` for XLA as pure JAX functions whose recurrences have hand-written gradients.
 
 What is computed is exactly ``torch.nn.LSTM`` (gate order i, f, g, o; two biases; weights in PyTorch's layout)::
 
     gates_t = x_t W_ih^T + b_ih + h_{t-1} W_hh^T + b_hh
     c_t = f * c_{t-1} + i * g,   h_t = o * tanh(c_t)
 
-in the inputs' dtype with every matmul at ``precision`` (``Precision.HIGHEST`` unless TF32 is allowed, then
-``DEFAULT``); gradients are those of that function. The reference it is held to (values and gradients, in
-``jax_impl/tests/test_fused.py``) is :func:`jax_impl.recurrences.stacks.scan_stack`: Flax ``nn.RNN`` over PyTorch's
-cell, differentiated by JAX.
-
-The entry point is :func:`embedding_lstm_stack` (time-major). Two layers, the default, run as one wavefront loop,
-:func:`_wave` (a custom VJP: forward :func:`_wave_forward`, backward :func:`_wave_backward`); other depths run
-layer by layer through :func:`_recurrence`. Masked variable-length mode (``lengths``): from step ``lengths[b]``
-on, row b's carry stops changing (``pack_padded_sequence``), so the final carry is each row's state at its last
-token. How it is built and why it is fast: ``benchmarks/PERFORMANCE.md``.
+in the inputs' dtype with every matmul at ``precision``; gradients are those of that function (held to ``scan``'s,
+values and gradients, in ``jax_impl/tests/test_fused.py``). One layer (:func:`lstm_layer`) is the input projection
+as one GEMM, then :func:`_recurrence` (a custom VJP). The classifier's overrides: :func:`embedded_layer` (layer 0
+from the projected table, the embedding fold) and :func:`two_layer_stack`, two layers as one wavefront loop,
+:func:`_wave` (a custom VJP: forward :func:`_wave_forward`, backward :func:`_wave_backward`). With ``lengths``, from
+step ``lengths[b]`` on, row b's carry stops changing (``pack_padded_sequence``). How it is built and why it is fast:
+``docs/performance.md``.
 """
 from functools import partial
 from typing import NamedTuple, Sequence
@@ -23,9 +20,10 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from jax_impl.numerics import PRECISION, Array, LayerCarry, LayerWeights, dot
+from jax_impl.numerics import PRECISION, Array, Carry, LayerCarry, LayerWeights, dot
+from jax_impl.recurrences.interface import Recurrence
 
-UNROLL = 2  # time steps per loop iteration (why 2: benchmarks/PERFORMANCE.md)
+UNROLL = 2  # time steps per loop iteration (why 2: docs/performance.md)
 
 
 # --- Shared pieces: one cell step forward and backward on a (B, 4H) gate block, loop buffers ---------------------
@@ -185,14 +183,13 @@ def _mask(lengths: Array | None, steps: int) -> Array | None:
     return None if lengths is None else (jnp.arange(steps)[:, None] < lengths[None, :])[:, :, None]
 
 
-def sequence_layer(xs: Array, layer_weights: LayerWeights, layer_carry: LayerCarry, *, dtype=None,
-                   precision: lax.Precision = PRECISION, lengths: Array | None = None) -> tuple[LayerCarry, Array]:
-    """One LSTM layer over a sequence, every step's output returned (the language model's interface,
-    :data:`jax_impl.recurrences.layers.LAYERS`): xs (T, B, D), (h, c) each (B, H) → ((h_T, c_T), outputs (T, B, H)),
-    the input projected in one GEMM, then the recurrence as an XLA loop with hand-written gradients. ``dtype`` is the
-    inputs' (this stack computes in it)."""
-    w_ih, w_hh, b_ih, b_hh = layer_weights
-    ys, final = xla_recurrence(_project(xs, w_ih, b_ih, b_hh, precision), w_hh, *layer_carry, lengths, precision)
+def lstm_layer(xs: Array, weights: LayerWeights, carry: LayerCarry, *, dtype=None,
+               precision: lax.Precision = PRECISION, lengths: Array | None = None) -> tuple[LayerCarry, Array]:
+    """One LSTM layer (:mod:`.interface`), computed in the inputs' dtype: the input projected in one GEMM, then the
+    recurrence as an XLA loop with hand-written gradients."""
+    w_ih, w_hh, b_ih, b_hh = weights
+    ys, final = _recurrence(_project(xs, w_ih, b_ih, b_hh, precision), w_hh, *carry, _mask(lengths, xs.shape[0]),
+                            precision)
     return final, ys
 
 
@@ -340,43 +337,40 @@ def _wave(source, w_hh0, p1, carry0, carry1, mask, drop, precision):
 _wave.defvjp(_wave_forward, _wave_backward)
 
 
-# --- The entry point ---------------------------------------------------------------------------------------------
+# --- The classifier's overrides: layer 0 from token ids, two layers as one wavefront -----------------------------
 
-def embedding_lstm_stack(table: Array, tokens: Array, layer_params: Sequence[LayerWeights],
-                         carries: Sequence[LayerCarry], lengths: Array | None = None,
-                         dropout_masks: Sequence[Array] | None = None, *,
-                         wavefront: bool = True, embed_fold: bool = True,
-                         precision: lax.Precision = PRECISION) -> tuple[LayerCarry, ...]:
-    """``nn.LSTM(num_layers=L)`` over the embedded tokens ``table[tokens]``, time-major → each layer's final
-    carry (h_T, c_T), each (B, H).
+def _layer0_source(table: Array, tokens: Array, weights: LayerWeights, fold: bool, precision: lax.Precision):
+    """Layer 0's input projection with both biases (see ``_source_rows``): with ``fold``, the projected table and
+    the tokens, ``(table W_ih^T + b)[tokens]`` gathered row by row in the loop (fewer multiply-adds, the same sums
+    associated differently); else ``table[tokens] W_ih^T + b`` (T, B, 4H), as in ``nn.LSTM``."""
+    w_ih, _, b_ih, b_hh = weights
+    if fold:
+        return dot(table, w_ih.T, precision) + (b_ih + b_hh), tokens
+    return _project(jnp.take(table, tokens, axis=0), w_ih, b_ih, b_hh, precision)
 
-    table (V, E) the embedding; tokens (T, B) int (``batch_tokens.T``); ``layer_params[k] = (w_ih, w_hh, b_ih,
-    b_hh)`` in PyTorch's layout; ``carries[k] = (h0, c0)`` each (B, H); lengths (B,) int32 or None (masked
-    variable-length mode, every layer); ``dropout_masks``: None (no dropout) or L-1 arrays, the k-th multiplying
-    the input of layer k+1, each (T, B, H) or broadcastable to it with a leading time axis, holding 0 or
-    1/(1-p) (drawn by the caller, so this function is deterministic; no gradient flows to them). Two layers run
-    as one wavefront loop, other depths (and any depth with ``wavefront=False``) layer by layer. With
-    ``embed_fold`` and V < T·B, layer 0's input projection is ``(table W_ih^T)[tokens]``: fewer multiply-adds,
-    the same sums associated differently; otherwise it is ``table[tokens] W_ih^T``, as in ``nn.LSTM``. Every
-    matmul, forward and backward, runs at ``precision``.
-    """
-    if dropout_masks is not None:
-        if len(dropout_masks) != len(layer_params) - 1:
-            raise ValueError(f"need {len(layer_params) - 1} dropout masks, got {len(dropout_masks)}")
-        dropout_masks = [lax.stop_gradient(m) for m in dropout_masks]  # constants: no gradient flows to them
-    w_ih0, _, b_ih0, b_hh0 = layer_params[0]
-    if embed_fold and table.shape[0] < tokens.size:  # gathered inside the loop, row by row where it can be
-        source = (dot(table, w_ih0.T, precision) + (b_ih0 + b_hh0), tokens)
-    else:
-        source = _project(jnp.take(table, tokens, axis=0), w_ih0, b_ih0, b_hh0, precision)
-    if wavefront and len(layer_params) == 2:
-        return _wave(source, layer_params[0][1], tuple(layer_params[1]), tuple(carries[0]), tuple(carries[1]),
-                     _mask(lengths, tokens.shape[0]), None if dropout_masks is None else dropout_masks[0], precision)
-    finals = []
-    for k, (params, (h0, c0)) in enumerate(zip(layer_params, carries)):
-        if k > 0:  # the previous layer's outputs are this layer's input
-            x = x if dropout_masks is None else x * dropout_masks[k - 1].astype(x.dtype)
-            source = _project(x, params[0], params[2], params[3], precision)
-        x, final = xla_recurrence(source, params[1], h0, c0, lengths, precision)
-        finals.append(final)
-    return tuple(finals)
+
+def embedded_layer(table: Array, tokens: Array, weights: LayerWeights, carry: LayerCarry, *, dtype=None,
+                   precision: lax.Precision = PRECISION, lengths: Array | None = None) -> tuple[LayerCarry, Array]:
+    """Layer 0 over ``table[tokens]`` with the embedding folded: table (V, E), tokens (T, B) → ((h_T, c_T),
+    outputs (T, B, H))."""
+    ys, final = xla_recurrence(_layer0_source(table, tokens, weights, True, precision), weights[1], *carry, lengths,
+                               precision)
+    return final, ys
+
+
+def two_layer_stack(table: Array, tokens: Array, weights: Sequence[LayerWeights], carry: Carry,
+                    masks: Sequence[Array] | None, *, fold: bool, dtype=None, precision: lax.Precision = PRECISION,
+                    lengths: Array | None = None) -> Carry:
+    """Two layers over ``table[tokens]`` as one wavefront loop → both layers' final (h, c). ``masks``: None or the
+    one multiplier of layer 1's input, (T, B, H) or broadcastable to it with a leading time axis (a constant: no
+    gradient flows to it); ``fold``: layer 0's projection from the projected table (``_layer0_source``)."""
+    drop = None if masks is None else lax.stop_gradient(masks[0])
+    return _wave(_layer0_source(table, tokens, weights[0], fold, precision), weights[0][1], tuple(weights[1]),
+                 tuple(carry[0]), tuple(carry[1]), _mask(lengths, tokens.shape[0]), drop, precision)
+
+
+RECURRENCE = Recurrence(
+    "fused", "XLA's fused LSTM: loops with hand-written gradients, two layers as one wavefront",
+    {"lstm": lstm_layer}, dtypes=("float32", "float64"),
+    why={"dtype": "it does not implement bfloat16's mixed precision (float32 parameters and carry); use scan or auto"},
+    embedded_layer=embedded_layer, two_layer_stack=two_layer_stack)

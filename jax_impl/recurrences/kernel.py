@@ -1,27 +1,23 @@
-"""The LSTM stack on our own recurrence kernel (:mod:`jax_impl.recurrences.native`'s ``lstm_kernel`` library): one XLA
-FFI call per layer and direction of the pass, everything else in XLA.
+"""``kernel``: the LSTM on our own recurrence kernel (:mod:`jax_impl.recurrences.native`'s ``lstm_kernel`` library),
+one XLA FFI call per layer and direction of the pass, everything else in XLA.
 
-The kernel projects each layer's input itself (:func:`input_layer`): each step's product is ``[x_t, h_{t-1}]``
+The kernel projects each layer's input itself (:func:`lstm_layer`): each step's product is ``[x_t, h_{t-1}]``
 against ``[W_ih; W_hh]``, both packed once per call, run by its own register tiles (AVX-512 or AVX2, the widest the
 CPU has, or the one ``LSTM_KERNEL_ISA`` forces; elsewhere OpenBLAS's sgemm), each tile followed by its gate math,
-vectorised, on a team of threads that each own a range of hidden units. Measured, this is faster than XLA's one
-(T·B, D)·(D, 4H) GEMM before the call: no (T, B, 4H) buffer is written and read back, and the tiles run nearer the
-CPU's peak (``benchmarks/PERFORMANCE.md``). The kernel folds the embedding itself too (:func:`table_layer`): it
-projects only the table rows the batch's tokens use (640-970 of the seed's 4398), where XLA's fold projects the whole
-table, and each step reads its tokens' rows of that projection in place. This is the one place where the kernel
-computes less than the XLA tiers: the bench counts it (exec GFLOP). The backward computes each step's ``dh_{t-1}``
-and ``dx_t`` in the same tiles, and the weight gradients as OpenBLAS GEMMs over all steps, split over the team.
-Forward and backward are one ``jax.custom_vjp``: the forward call keeps the activated gates and the cell states for
-the backward one where a gradient is taken. Sequence lengths (``--padding right``) are the kernel's own: from step
-``lengths[b]`` on, row b's carry stays. Float32 only: the kernel has no bfloat16 or float64 path. ``--lstm-impl
-auto``'s use of it: :mod:`jax_impl.recurrences.choice`.
+vectorised, on a team of threads that each own a range of hidden units. It folds the embedding itself too
+(:func:`table_layer`, the classifier's layer 0): it projects only the table rows the batch's tokens use, where XLA's
+fold projects the whole table, and each step reads its tokens' rows of that projection in place (the bench counts
+the smaller work as exec GFLOP). The backward computes each step's ``dh_{t-1}`` and ``dx_t`` in the same tiles, and
+the weight gradients as OpenBLAS GEMMs over all steps, split over the team. Forward and backward are one
+``jax.custom_vjp`` (:func:`lstm_recurrence`): the forward call keeps the activated gates and the cell states for the
+backward one where a gradient is taken. Sequence lengths are the kernel's own: from step ``lengths[b]`` on, row b's
+carry stays. Float32 only, on one CPU device. Why it is built so, and what it measured: ``docs/performance.md``.
 """
 from __future__ import annotations
 
 import ctypes
 import os
 from functools import partial
-from typing import Sequence
 
 import jax
 import jax.numpy as jnp
@@ -29,7 +25,7 @@ import jax.numpy as jnp
 from common.errors import UnsupportedError
 from jax_impl.recurrences import native
 from jax_impl.numerics import PRECISION, Array, LayerCarry, LayerWeights
-from jax_impl.recurrences.stacks import Carry
+from jax_impl.recurrences.interface import Recurrence
 
 NAME = "lstm_kernel"
 TARGETS = native.FFI_HANDLERS[NAME]  # forward, backward
@@ -67,20 +63,10 @@ def isa_problem(lib: ctypes.CDLL | None = None) -> str | None:
 
 
 def library() -> ctypes.CDLL:
-    """The kernel's library (:func:`jax_impl.recurrences.native.load`), running the instruction set :data:`ISA_ENV`
-    asks for where it is set: an :class:`UnsupportedError` where that cannot be."""
+    """The kernel's library (:func:`jax_impl.recurrences.native.load`: checked, its functions typed, its FFI targets
+    registered), running the instruction set :data:`ISA_ENV` asks for where it is set: an :class:`UnsupportedError`
+    where that cannot be."""
     lib = native.load(NAME)
-    for f in (lib.lstm_kernel_isa, lib.lstm_kernel_supported, lib.lstm_kernel_set_isa, lib.lstm_kernel_threads,
-              lib.lstm_kernel_activation):
-        f.restype = ctypes.c_int64
-    lib.lstm_kernel_supported.argtypes = lib.lstm_kernel_set_isa.argtypes = [ctypes.c_int64]
-    lib.lstm_kernel_threads.argtypes = lib.lstm_kernel_exp_tanh.argtypes = [ctypes.c_int64]
-    lib.lstm_kernel_exp_tanh.restype = ctypes.c_char_p
-    lib.lstm_kernel_activation.argtypes = [ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p,
-                                           ctypes.c_int64]
-    lib.lstm_kernel_tile_gflops.restype = lib.lstm_kernel_team_flush_fraction.restype = ctypes.c_double
-    lib.lstm_kernel_tile_gflops.argtypes = [ctypes.c_int64] * 4
-    lib.lstm_kernel_team_flush_fraction.argtypes = [ctypes.c_int64]
     problem = isa_problem(lib)
     if problem:
         raise UnsupportedError(problem)
@@ -88,6 +74,12 @@ def library() -> ctypes.CDLL:
     if wanted is not None:
         lib.lstm_kernel_set_isa(ISAS.index(wanted))
     return lib
+
+
+try:
+    library()  # XLA's FFI targets registered once, at import, as JAX's FFI example does
+except UnsupportedError:
+    pass  # native.unavailable(NAME) says why wherever the kernel is asked for
 
 
 def isa() -> str:
@@ -113,7 +105,6 @@ def _forward(source, rows, w_hh, h0, c0, lengths, x, w_ih, table, w_table, train
     hidden = width // 4
     kept = (steps, batch) if train else (0, 0)
     f32 = lambda *shape: jax.ShapeDtypeStruct(shape, jnp.float32)  # noqa: E731
-    library()  # registers the targets before XLA looks them up
     return jax.ffi.ffi_call(TARGETS[0], (f32(steps, batch, hidden), f32(batch, hidden), f32(batch, hidden),
                                          f32(*kept, width if train else 0), f32(*kept, hidden if train else 0)),
                             vmap_method=VMAP)(
@@ -180,59 +171,39 @@ def gates_layer(gates_x: Array, w_hh: Array, h0: Array, c0: Array, lengths: Arra
                            jnp.zeros((steps, batch, 0), jnp.float32), no_weight, no_table, no_weight, False)
 
 
-def input_layer(x: Array, w_ih: Array, bias: Array, w_hh: Array, h0: Array, c0: Array, lengths: Array | None = None
-                ) -> tuple[Array, LayerCarry]:
-    """One layer with its input projected inside each step's product: x (T, B, D), w_ih (4H, D), bias b_ih + b_hh
-    (4H,), w_hh (4H, H), h0 and c0 (B, H), lengths (B,) or None → (outputs (T, B, H), (h_T, c_T))."""
-    rows = jnp.zeros(x.shape[:2], jnp.int32)  # every step's one source row: the bias
-    no_table, no_weight = _nothing(w_hh.shape[0])
-    return lstm_recurrence(bias[None], rows, w_hh, h0, c0, _all_steps(lengths, rows), x, w_ih, no_table, no_weight,
-                           True)
-
-
-def table_layer(table: Array, tokens: Array, w_ih: Array, bias: Array, w_hh: Array, h0: Array, c0: Array,
-                lengths: Array | None = None) -> tuple[Array, LayerCarry]:
-    """Layer 0 with the embedding folded inside the kernel: step t of row b takes ``table[tokens[t, b]] W_ih^T +
-    bias``, from the projection of the table rows the tokens use only. table (V, E), tokens (T, B) int, w_ih (4H,
-    E), bias (4H,), w_hh (4H, H), h0 and c0 (B, H), lengths (B,) or None → (outputs (T, B, H), (h_T, c_T))."""
-    rows = tokens.astype(jnp.int32)
-    unprojected, no_weight = jnp.zeros((*rows.shape, 0), jnp.float32), _nothing(w_hh.shape[0])[1]
-    return lstm_recurrence(bias[None], rows, w_hh, h0, c0, _all_steps(lengths, rows), unprojected, no_weight, table,
-                           w_ih, True)
-
-
-def sequence_layer(xs: Array, layer_weights: LayerWeights, layer_carry: LayerCarry, *, dtype=None,
-                   precision=PRECISION, lengths: Array | None = None) -> tuple[LayerCarry, Array]:
-    """One LSTM layer over a sequence on the kernel, every step's output returned (the language model's interface,
-    :data:`jax_impl.recurrences.layers.LAYERS`): xs (T, B, D), (h, c) each (B, H) → ((h_T, c_T), outputs (T, B, H)),
-    the input projected inside each step's product. Float32; the kernel computes in full float32 whatever
+def lstm_layer(xs: Array, weights: LayerWeights, carry: LayerCarry, *, dtype=None, precision=PRECISION,
+               lengths: Array | None = None) -> tuple[LayerCarry, Array]:
+    """One LSTM layer (:mod:`.interface`), its input projected inside each step's product; full float32 whatever
     ``precision`` says (the CPU has no TF32)."""
-    w_ih, w_hh, b_ih, b_hh = layer_weights
-    ys, final = input_layer(xs, w_ih, b_ih + b_hh, w_hh, *layer_carry, lengths)
+    w_ih, w_hh, b_ih, b_hh = weights
+    rows = jnp.zeros(xs.shape[:2], jnp.int32)  # every step's one source row: the bias
+    no_table, no_weight = _nothing(w_hh.shape[0])
+    ys, final = lstm_recurrence((b_ih + b_hh)[None], rows, w_hh, *carry, _all_steps(lengths, rows), xs, w_ih, no_table,
+                                no_weight, True)
     return final, ys
 
 
-def kernel_stack(table: Array, tokens: Array, weights: Sequence[LayerWeights], carry: Carry, lengths: Array | None,
-                 masks: Sequence[Array] | None, *, embed_fold: bool = True, precision=PRECISION) -> Carry:
-    """``nn.LSTM`` layer by layer, each layer one kernel call that projects its own input → each layer's final
-    (h, c), each (B, H). table (V, E); tokens (T, B) int32; ``lengths`` (B,) or None; ``masks``: None or L-1
-    (T, B, H) multipliers of the inputs of layers 1..L-1 (constants: no gradient reaches them); ``embed_fold``: with
-    V < T·B, layer 0 folds the embedding (:func:`table_layer`), as the fused stack does. Full float32 whatever
-    ``precision`` says."""
-    del precision
-    if masks is not None:
-        if len(masks) != len(weights) - 1:
-            raise ValueError(f"need {len(weights) - 1} dropout masks, got {len(masks)}")
-        masks = [jax.lax.stop_gradient(m) for m in masks]
-    finals = []
-    for k, ((w_ih, w_hh, b_ih, b_hh), (h0, c0)) in enumerate(zip(weights, carry)):
-        if k == 0 and embed_fold and table.shape[0] < tokens.size:
-            ys, final = table_layer(table, tokens, w_ih, b_ih + b_hh, w_hh, h0, c0, lengths)
-        else:
-            if k == 0:
-                x = jnp.take(table, tokens, axis=0)
-            else:  # the previous layer's outputs, dropped out
-                x = ys if masks is None else ys * masks[k - 1].astype(ys.dtype)
-            ys, final = input_layer(x, w_ih, b_ih + b_hh, w_hh, h0, c0, lengths)
-        finals.append(final)
-    return tuple(finals)
+def table_layer(table: Array, tokens: Array, weights: LayerWeights, carry: LayerCarry, *, dtype=None,
+                precision=PRECISION, lengths: Array | None = None) -> tuple[LayerCarry, Array]:
+    """Layer 0 over ``table[tokens]`` with the embedding folded inside the kernel (:mod:`.interface`'s
+    ``embedded_layer``): step t of row b takes ``table[tokens[t, b]] W_ih^T + b_ih + b_hh``, from the projection of
+    the table rows the tokens use only. table (V, E), tokens (T, B) int → ((h_T, c_T), outputs (T, B, H))."""
+    w_ih, w_hh, b_ih, b_hh = weights
+    rows = tokens.astype(jnp.int32)
+    unprojected, no_weight = jnp.zeros((*rows.shape, 0), jnp.float32), _nothing(w_hh.shape[0])[1]
+    ys, final = lstm_recurrence((b_ih + b_hh)[None], rows, w_hh, *carry, _all_steps(lengths, rows), unprojected,
+                                no_weight, table, w_ih, True)
+    return final, ys
+
+
+def _check(dtype: str) -> str | None:
+    return native.unavailable(NAME) or isa_problem()
+
+
+RECURRENCE = Recurrence(
+    "kernel", "our recurrence kernel through XLA's FFI: register tiles for each step's product and gate math",
+    {"lstm": lstm_layer}, dtypes=("float32",), platforms=("cpu",), mesh=False,
+    why={"dtype": "it computes float32 only, not {dtype}; use scan or auto",
+         "platform": "it is a CPU kernel, and this backend is {backend}",
+         "mesh": "it runs on one device: XLA cannot split a custom call over a mesh"},
+    check=_check, describe=describe, embedded_layer=table_layer)

@@ -1,24 +1,21 @@
-"""The LSTM stack on oneDNN's LSTM primitive, the kernel PyTorch's ``nn.LSTM`` runs on the CPU, one XLA FFI call per
-layer and direction of the pass (:mod:`jax_impl.recurrences.native`'s ``onednn_lstm`` library, which reaches oneDNN
-through ATen's ``mkldnn_rnn_layer`` in the installed torch: the same oneDNN, the same primitive, the same arguments as
-``torch:eager``).
+"""``onednn``: the LSTM on oneDNN's LSTM primitive, the kernel PyTorch's ``nn.LSTM`` runs on the CPU, one XLA FFI call
+per layer and direction of the pass (:mod:`jax_impl.recurrences.native`'s ``onednn_lstm`` library: the same
+oneDNN, the same primitive, the same arguments as ``torch:eager``).
 
-Each layer is a ``jax.custom_vjp``: the forward call is oneDNN's inference primitive where no gradient is taken and
-its training primitive under ``jax.grad``, whose workspace (oneDNN's record of the gates, some hundred MB at the
-seed's shapes) is an explicit residual, an output of the forward call and an input of the backward one. The layers
-are stacked as ``nn.LSTM`` stacks them: the embeddings looked up first, dropout between the layers applied in JAX
-(as ATen applies it between its per-layer calls). oneDNN takes one bias, ``b_ih + b_hh`` (ATen sums them), so both
-biases get its gradient. Under ``--dtype bfloat16`` each layer takes what PyTorch's autocast hands the same function:
-bfloat16 input, weights, biases, h0 and c0, and gives back bfloat16 outputs and states (the carry then holds those
-values in float32, and the parameters' gradients come back through the casts in float32), where this CPU's oneDNN has
-a bfloat16 LSTM. No float64 (oneDNN's RNN has none) and no sequence lengths (oneDNN's RNN primitive takes none:
-PyTorch itself runs packed sequences on its ATen cell, not on oneDNN).
+Each layer (:func:`lstm_layer`) is one ``jax.custom_vjp``, :func:`lstm_call`: the forward call is oneDNN's inference
+primitive where no gradient is taken and its training primitive under ``jax.grad``, whose workspace (oneDNN's record
+of the gates) is an explicit residual, an output of the forward call and an input of the backward one. Dropout between the layers is
+applied in JAX (as ATen applies it between its per-layer calls). oneDNN takes one bias, ``b_ih + b_hh`` (ATen sums
+them), so both biases get its gradient. Under bfloat16 each layer takes what PyTorch's autocast hands the same
+function: bfloat16 input, weights, biases, h0 and c0, and gives back bfloat16 outputs and states (the carry then holds
+those values in its own dtype; the parameters' gradients come back through the casts), where this CPU's oneDNN has a
+bfloat16 LSTM. No float64 (oneDNN's RNN has none) and no sequence lengths (oneDNN's RNN primitive takes none: PyTorch
+itself runs packed sequences on its ATen cell, not on oneDNN).
 """
 from __future__ import annotations
 
 import ctypes
 import functools
-from typing import Sequence
 
 import jax
 import jax.numpy as jnp
@@ -26,7 +23,7 @@ import jax.numpy as jnp
 from common.errors import UnsupportedError
 from jax_impl.recurrences import native
 from jax_impl.numerics import Array, LayerCarry, LayerWeights
-from jax_impl.recurrences.stacks import Carry, layer_by_layer
+from jax_impl.recurrences.interface import Recurrence
 
 NAME = "onednn_lstm"
 TARGETS = native.FFI_HANDLERS[NAME]  # forward, backward, their bfloat16 twins, the denormal probe (last)
@@ -42,13 +39,12 @@ def has_bfloat16() -> bool:
     return library().onednn_lstm_workspace_bytes(1, 1, 1, 1, 1) >= 0
 
 
+@functools.cache
 def library() -> ctypes.CDLL:
-    lib = native.load(NAME)
-    for fn in (lib.onednn_lstm_workspace_bytes, lib.onednn_lstm_version, lib.onednn_lstm_threads,
-               lib.onednn_lstm_copies):
-        fn.restype = ctypes.c_int64
-    lib.onednn_lstm_workspace_bytes.argtypes = [ctypes.c_int64] * 5
-    return lib
+    """oneDNN's library (:func:`jax_impl.recurrences.native.load`: checked, its functions typed), its FFI targets
+    registered with XLA once, on first use rather than at import: loading it maps all of libtorch_cpu, which a process
+    that never runs this tier should not pay for."""
+    return native.load(NAME)
 
 
 @functools.cache
@@ -79,14 +75,14 @@ def _forward(x, w_ih, w_hh, b_ih, b_hh, h0, c0, train: bool):
     hidden = w_hh.shape[1]
     like_x = functools.partial(jax.ShapeDtypeStruct, dtype=x.dtype)
     workspace = workspace_bytes(steps, batch, inputs, hidden, x.dtype == jnp.bfloat16) if train else 0
-    library()  # registers the targets before XLA looks them up
+    library()  # the targets registered before XLA looks them up
     outputs = (like_x((steps, batch, hidden)), like_x((batch, hidden)), like_x((batch, hidden)),
                jax.ShapeDtypeStruct((workspace,), jnp.uint8))
     return jax.ffi.ffi_call(target("forward", x.dtype), outputs)(x, w_ih, w_hh, b_ih, b_hh, h0, c0, train=train)
 
 
 @jax.custom_vjp
-def lstm_layer(x: Array, w_ih: Array, w_hh: Array, b_ih: Array, b_hh: Array, h0: Array, c0: Array
+def lstm_call(x: Array, w_ih: Array, w_hh: Array, b_ih: Array, b_hh: Array, h0: Array, c0: Array
                ) -> tuple[Array, LayerCarry]:
     """One ``nn.LSTM`` layer on oneDNN: x (T, B, D) → (outputs (T, B, H), (h_T, c_T) each (B, H)), every array
     float32, or every array bfloat16."""
@@ -109,29 +105,31 @@ def _lstm_layer_backward(residuals, cotangents):
     return dx, dw_ih, dw_hh, db, db, dh0, dc0
 
 
-lstm_layer.defvjp(_lstm_layer_forward, _lstm_layer_backward)
+lstm_call.defvjp(_lstm_layer_forward, _lstm_layer_backward)
 
 
-def sequence_layer(xs: Array, layer_weights: LayerWeights, layer_carry: LayerCarry, *, dtype=jnp.float32,
-                   precision=None, lengths: Array | None = None) -> tuple[LayerCarry, Array]:
-    """One LSTM layer over a sequence on oneDNN's primitive, every step's output returned (the language model's
-    interface, :data:`jax_impl.recurrences.layers.LAYERS`): xs (T, B, D), (h, c) each (B, H) → ((h_T, c_T), outputs
-    (T, B, H)), the layer's arrays in ``dtype`` (bfloat16: rounded as autocast rounds them), the carry back in its own
-    dtype. No ``lengths`` (oneDNN's RNN primitive takes none)."""
+def lstm_layer(xs: Array, weights: LayerWeights, carry: LayerCarry, *, dtype=jnp.float32, precision=None,
+               lengths: Array | None = None) -> tuple[LayerCarry, Array]:
+    """One LSTM layer (:mod:`.interface`) on oneDNN's primitive, its arrays in ``dtype`` (bfloat16: rounded as
+    autocast rounds them), the outputs in ``dtype`` and the carry back in its own dtype. No ``lengths``."""
     if lengths is not None:
         raise UnsupportedError("--lstm-impl onednn: it takes no sequence lengths (--padding right)")
-    ys, (h, c) = lstm_layer(xs.astype(dtype), *(w.astype(dtype) for w in layer_weights),
-                            *(v.astype(dtype) for v in layer_carry))
-    return (h.astype(layer_carry[0].dtype), c.astype(layer_carry[1].dtype)), ys
+    ys, (h, c) = lstm_call(xs.astype(dtype), *(w.astype(dtype) for w in weights), *(v.astype(dtype) for v in carry))
+    return (h.astype(carry[0].dtype), c.astype(carry[1].dtype)), ys
 
 
-def onednn_stack(table: Array, tokens: Array, weights: Sequence[LayerWeights], carry: Carry, lengths: Array | None,
-                 masks: Sequence[Array] | None, dtype=jnp.float32) -> Carry:
-    """``nn.LSTM`` on oneDNN, layer by layer → each layer's final (h, c), each (B, H) in the carry's dtype. table
-    (V, E); tokens (T, B) int32; ``masks``: None or L-1 (T, B, H) multipliers of the inputs of layers 1..L-1;
-    ``lengths`` must be None. ``dtype`` bfloat16: every layer's arrays rounded to it, as autocast rounds them, and the
-    dropout masks rounded and applied in it, as ATen's dropout applies its bfloat16 noise between the layers."""
-    if lengths is not None:
-        raise UnsupportedError("--lstm-impl onednn: it takes no sequence lengths (--padding right)")
-    return layer_by_layer(table, tokens, weights, carry, masks, dtype, functools.partial(sequence_layer, dtype=dtype))
+def _check(dtype: str) -> str | None:
+    if dtype == "bfloat16" and not native.unavailable(NAME) and not has_bfloat16():
+        return "this CPU's oneDNN has no bfloat16 LSTM (it refused the primitive); use scan or auto"
+    return native.unavailable(NAME)
 
+
+RECURRENCE = Recurrence(
+    "onednn", "oneDNN's LSTM primitive, the kernel nn.LSTM runs on the CPU, through XLA's FFI", {"lstm": lstm_layer},
+    dtypes=("float32", "bfloat16"), platforms=("cpu",), lengths=False, mesh=False,
+    why={"dtype": "it computes float32 or bfloat16 only, not {dtype}; use scan or auto",
+         "platform": "it is a CPU kernel, and this backend is {backend}",
+         "lengths": "it takes no sequence lengths (--padding right): oneDNN's RNN primitive has none, and PyTorch runs "
+                    "packed sequences on its ATen cell instead",
+         "mesh": "it runs on one device: XLA cannot split a custom call over a mesh"},
+    check=_check, describe=lambda hidden: describe())

@@ -18,8 +18,9 @@ os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 from common.config import Config
 from common.data import Dataset, prepare_data
 from common.params import init_params
-from jax_impl.model import SentimentRNN, model_from_config
-from jax_impl.step import make_eval_step, make_train_step
+from jax_impl.classifier import make_eval_step, make_loss_fn, model_from_config
+from jax_impl.model import SentimentRNN
+from jax_impl.step import make_train_step
 
 POSITIVE = "good great happy love excellent fine nice wonderful best superb".split()
 NEGATIVE = "bad awful sad hate terrible poor ugly worst boring dull".split()
@@ -103,5 +104,5 @@ def tiny(corpus) -> Tiny:
     data = prepare_data(cfg)
     model = model_from_config(cfg, len(data.vocab))
     neutral = init_params(len(data.vocab), cfg.embed_dim, cfg.hidden_dim, cfg.layers, seed=cfg.seed)
-    return Tiny(cfg, data, model, neutral, make_train_step(model, cfg), make_eval_step(model, cfg),
+    return Tiny(cfg, data, model, neutral, make_train_step(make_loss_fn(model, cfg), cfg), make_eval_step(model, cfg),
                 jax.devices("cpu")[0])

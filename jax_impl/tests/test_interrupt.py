@@ -17,7 +17,7 @@ from common.metrics import read_metrics, training_steps
 from common.params import init_params
 from common.runstate import checkpoint_dirs, load_latest
 from common.text import Vocab
-from jax_impl.model import model_from_config
+from jax_impl.classifier import model_from_config
 from jax_impl.state import load_training_state
 from jax_impl.step import create_train_state
 from jax_impl.tests.conftest import tiny_config, write_corpus

@@ -7,7 +7,6 @@ and tanh within their stated ulps; and what it cannot compute is refused in one 
 native library was not built."""
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -21,11 +20,18 @@ from common.errors import UnsupportedError
 from jax_impl.recurrences import fused, kernel, native
 from jax_impl.recurrences.choice import Run, auto, resolve
 from jax_impl.numerics import dot
+from jax_impl.tests.native_site import fake_site, skip
 from jax_impl.tests.test_fused import (LENGTHS, _assert_close, _embedding_args, _stack_loss,
-                                            assert_stack_matches_reference, reference_stack)
+                                       assert_stack_matches_reference, reference_stack, stack_of)
 
 needs_library = pytest.mark.skipif(native.unavailable(kernel.NAME) is not None,
                                    reason=str(native.unavailable(kernel.NAME)))
+
+
+def needs_probe(symbol: str):
+    """Skips, saying why, where the library lacks the test probe ``symbol`` (a build without LSTM_TWINS_TEST_PROBES)."""
+    reason = native.missing_probe(kernel.NAME, symbol)
+    return pytest.mark.skipif(reason is not None, reason=str(reason))
 # The kernel's GEMM and libmvec's functions against XLA's: the same float32 function rounded differently, a few ulps
 # of each array's scale (as the fused stack against the reference, test_fused).
 REL_TOL = 2e-5
@@ -49,7 +55,7 @@ def isa(request):
 @pytest.mark.parametrize("layers", [1, 2, 3])
 @pytest.mark.parametrize("with_lengths", [False, True], ids=["full", "lengths"])
 def test_final_carries_and_gradients_equal_jax_grad_of_the_reference(layers, with_lengths, isa):
-    assert_stack_matches_reference(kernel.kernel_stack, layers, jnp.asarray(LENGTHS) if with_lengths else None,
+    assert_stack_matches_reference(stack_of("kernel"), layers, jnp.asarray(LENGTHS) if with_lengths else None,
                                    REL_TOL)
 
 
@@ -61,7 +67,7 @@ def test_on_the_embedding_folds_path_gathered_rows_and_their_added_gradients_equ
     lengths = jnp.asarray(LENGTHS)
     got, expected = (jax.jit(jax.value_and_grad(_stack_loss(stack, 6, jnp.float32, tokens, lengths, masks, 2),
                                                 (0, 1, 2), has_aux=True))(table, weights, carries)
-                     for stack in (kernel.kernel_stack, reference_stack))
+                     for stack in (stack_of("kernel"), reference_stack))
     _assert_close(got, expected, REL_TOL)
 
 
@@ -115,7 +121,8 @@ def _projected_layers(lengths):
     """The kernel projecting x itself, and XLA's projection followed by XLA's recurrence, on (x, w_ih, bias, w_hh, h0,
     c0)."""
     def in_kernel(x, w_ih, bias, w_hh, h0, c0):
-        return kernel.input_layer(x, w_ih, bias, w_hh, h0, c0, lengths)
+        final, ys = kernel.lstm_layer(x, (w_ih, w_hh, bias, jnp.zeros_like(bias)), (h0, c0), lengths=lengths)
+        return ys, final
 
     def in_xla(x, w_ih, bias, w_hh, h0, c0):
         gates_x = fused._project(x, w_ih, bias, jnp.zeros_like(bias), HIGHEST)
@@ -152,7 +159,9 @@ def _table_layers(tokens, lengths):
     """The kernel folding the embedding itself (the used rows projected), and XLA's fold (the whole table projected,
     its rows gathered by the tokens) followed by XLA's recurrence, on (table, w_ih, bias, w_hh, h0, c0)."""
     def in_kernel(table, w_ih, bias, w_hh, h0, c0):
-        return kernel.table_layer(table, tokens, w_ih, bias, w_hh, h0, c0, lengths)
+        final, ys = kernel.table_layer(table, tokens, (w_ih, w_hh, bias, jnp.zeros_like(bias)), (h0, c0),
+                                       lengths=lengths)
+        return ys, final
 
     def in_xla(table, w_ih, bias, w_hh, h0, c0):
         table_gates = dot(table, w_ih.T, HIGHEST) + bias
@@ -215,7 +224,7 @@ def test_each_vector_path_computes_what_the_portable_one_does(projected, isa):
     _assert_close(portable, vectorised, 1e-6)
 
 
-@needs_library
+@needs_probe("lstm_kernel_activation")
 @pytest.mark.parametrize("function,reference,ulps", [(0, np.exp, 3), (1, np.tanh, 2)], ids=["exp", "tanh"])
 def test_the_gate_maths_exp_and_tanh_are_within_their_stated_ulps(function, reference, ulps, isa):
     # Every float32 in [-20, 20] 4e-4 apart and around 0, against the float64 function: libmvec's expf measured 2.5
@@ -278,7 +287,7 @@ def test_every_thread_flushes_denormals_as_xla_does():
     assert np.count_nonzero(dh0_xla) == np.count_nonzero(dh0) == 0
 
 
-@needs_library
+@needs_probe("lstm_kernel_team_flush_fraction")
 def test_every_thread_of_the_team_takes_the_callers_float_rules_however_it_was_started():
     # Threads OpenMP started for a caller that kept denormals still flush when the caller flushes.
     assert kernel.library().lstm_kernel_team_flush_fraction(256) == 1.0
@@ -308,7 +317,7 @@ def test_auto_runs_the_kernel_on_its_vector_tiles_and_xlas_recurrence_on_its_por
     if isa == "portable":  # as on a CPU without AVX2
         assert auto(Run(platform="cpu")) == ("fused", "XLA's fused recurrence, not our kernel: it runs its portable "
                                                       "path here (no AVX2 tiles), measured slower than XLA's "
-                                                      "(benchmarks/PERFORMANCE.md)")
+                                                      "(docs/performance.md)")
     else:
         assert auto(Run(platform="cpu")) == (
             "kernel", f"our kernel: float32 on one CPU device, with its {'AVX-512' if isa == 'avx512' else 'AVX2'} "
@@ -316,16 +325,14 @@ def test_auto_runs_the_kernel_on_its_vector_tiles_and_xlas_recurrence_on_its_por
 
 
 def test_auto_passes_over_a_kernel_that_was_not_built_saying_why(tmp_path, monkeypatch):
-    monkeypatch.setattr(native, "BUILD_DIR", tmp_path)
-    (tmp_path / "lstm_kernel.json").write_text(json.dumps({"built": False, "reason": "no g++ on PATH"}))
+    skip(fake_site(tmp_path, monkeypatch), kernel.NAME, "no g++ on PATH")
     assert auto(Run(platform="cpu")) == (
         "fused", "XLA's fused recurrence, not our kernel: the native lstm_kernel library is not available: no g++ on "
                  "PATH")
 
 
 def test_a_kernel_that_was_not_built_is_refused_with_the_builds_reason(tmp_path, monkeypatch):
-    monkeypatch.setattr(native, "BUILD_DIR", tmp_path)
-    (tmp_path / "lstm_kernel.json").write_text(json.dumps({"built": False, "reason": "no g++ on PATH"}))
+    skip(fake_site(tmp_path, monkeypatch), kernel.NAME, "no g++ on PATH")
     with pytest.raises(UnsupportedError, match=r"^--lstm-impl kernel: the native lstm_kernel library is not "
                                                r"available: no g\+\+ on PATH$"):
         resolve("kernel", Run(platform="cpu"))

@@ -10,8 +10,10 @@ import numpy as np
 import pytest
 
 from common.errors import ConfigError
-from common.lm_params import init_lm_params, lm_param_shapes
-from jax_impl.lm_model import RNNModel, cross_entropy, from_flax, make_lm_model, to_flax
+from common.params import init_lm_params, lm_param_shapes
+from jax_impl.lm import from_flax, make_lm_model, to_flax
+from jax_impl.lm_model import RNNModel
+from jax_impl.loss import cross_entropy
 
 V, E, H, L, T, B = 50, 16, 16, 2, 7, 3
 CELLS = ["lstm", "gru"]

@@ -8,11 +8,12 @@ import pytest
 from jax_impl.convert import to_flax
 from common.errors import ConfigError, UnsupportedError
 from common.config import Config
-from jax_impl.recurrences.choice import Run, auto, resolve
-from jax_impl.model import STACKS, SentimentRNN, model_from_config
+from jax_impl.recurrences.choice import REGISTRY, Run, auto, resolve
+from jax_impl.classifier import model_from_config
+from jax_impl.model import SentimentRNN
 
 B, T, V, E, H, L = 3, 7, 11, 8, 16, 2
-CPU_IMPLEMENTATIONS = sorted(set(STACKS) - {"cudnn"})  # cudnn: jax_impl/tests/test_cudnn.py
+CPU_IMPLEMENTATIONS = sorted(set(REGISTRY) - {"cudnn"})  # cudnn: jax_impl/tests/test_cudnn.py
 
 
 def refusal(impl: str, dtype: str = "float32", padding: str = "left") -> str | None:
@@ -34,7 +35,7 @@ def skip_unless_computed(impl: str, dtype: str = "float32", padding: str = "left
 
 def zeros(dtype=jnp.float32):
     """The zero carry: L pairs (h, c), each (B, H), in ``dtype``."""
-    return SentimentRNN(V, E, H, L, dtype=dtype).zero_carry(B)
+    return SentimentRNN(V, E, H, L, "scan", dtype=dtype).zero_carry(B)
 
 
 @pytest.fixture(scope="module", params=CPU_IMPLEMENTATIONS)

@@ -20,7 +20,7 @@ from common.errors import ConfigError, UnsupportedError
 from common.loop import train_steps
 from common.runstate import Progress, step_dir
 from jax_impl import convert, nnx_step
-from jax_impl.model import model_from_config
+from jax_impl.classifier import model_from_config
 from jax_impl.nnx_model import SentimentRNN
 from jax_impl.recurrences.choice import Run, auto, resolve
 from jax_impl.train import JaxTwin, NnxTwin, twin_maker

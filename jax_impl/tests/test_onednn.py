@@ -4,8 +4,6 @@ nothing is copied; every thread it computes on flushes denormals; and what it ca
 Skipped, saying why, where the native library was not built."""
 from __future__ import annotations
 
-import functools
-import json
 import os
 import subprocess
 import sys
@@ -19,9 +17,10 @@ import pytest
 from common.errors import UnsupportedError
 from jax_impl.recurrences import native, onednn
 from jax_impl.recurrences.choice import Run, resolve
+from jax_impl.tests.native_site import fake_site, skip
 from jax_impl.tests.test_model import refusal
 from jax_impl.tests.test_fused import (B, H, T, _assert_close, _stack_args, _stack_loss,
-                                            assert_stack_matches_reference, reference_stack)
+                                       assert_stack_matches_reference, reference_stack, stack_of)
 
 needs_library = pytest.mark.skipif(native.unavailable("onednn_lstm") is not None,
                                    reason=str(native.unavailable("onednn_lstm")))
@@ -33,13 +32,13 @@ REL_TOL = 2e-5
 @needs_library
 @pytest.mark.parametrize("layers", [1, 2, 3])
 def test_final_carries_and_gradients_equal_jax_grad_of_the_reference(layers):
-    assert_stack_matches_reference(onednn.onednn_stack, layers, None, REL_TOL)
+    assert_stack_matches_reference(stack_of("onednn"), layers, None, REL_TOL)
 
 
 @pytest.mark.skipif(refusal("onednn", "bfloat16") is not None, reason=str(refusal("onednn", "bfloat16")))
 def test_in_bfloat16_a_float32_carry_holds_bfloat16_values_within_bfloat16s_reach_of_float32():
     table, tokens, weights, carries, masks = _stack_args(0, jnp.float32, 2)
-    stack = functools.partial(onednn.onednn_stack, dtype=jnp.bfloat16)
+    stack = stack_of("onednn", dtype=jnp.bfloat16)
     loss = _stack_loss(stack, 0, jnp.float32, tokens, None, masks, 2)
     reference = _stack_loss(reference_stack, 0, jnp.float32, tokens, None, masks, 2)
     (_, finals), grads = jax.jit(jax.value_and_grad(loss, argnums=(0, 1, 2), has_aux=True))(table, weights, carries)
@@ -67,19 +66,10 @@ def test_bfloat16_is_refused_in_one_line_where_this_cpus_oneDNN_has_none():
 
 
 @needs_library
-def test_a_training_step_hands_atens_results_xlas_buffers_without_a_copy():
-    table, tokens, weights, carries, masks = _stack_args(1, jnp.float32, 2)
-    loss = _stack_loss(onednn.onednn_stack, 1, jnp.float32, tokens, None, masks, 2)
-    before = onednn.library().onednn_lstm_copies()
-    jax.block_until_ready(jax.jit(jax.grad(loss, argnums=(0, 1, 2), has_aux=True))(table, weights, carries))
-    assert onednn.library().onednn_lstm_copies() == before
-
-
-@needs_library
 def test_calls_from_several_threads_at_once_each_get_their_own_result():
     # Every ATen call is queued to the library's one ATen thread; callers from other threads wait for their own.
     inputs = [_stack_args(seed, jnp.float32, 2) for seed in range(4)]
-    run = jax.jit(lambda args: onednn.onednn_stack(*args[:4], None, args[4] or None))
+    run = jax.jit(lambda args: stack_of("onednn")(*args[:4], None, args[4]))
     alone = [jax.device_get(run(args)) for args in inputs]
     with ThreadPoolExecutor(4) as pool:
         together = list(pool.map(lambda args: jax.device_get(run(args)), inputs))
@@ -126,8 +116,7 @@ def test_what_onednn_cannot_compute_is_refused_in_one_line(dtype, padding, platf
 
 
 def test_a_library_that_was_not_built_is_refused_with_the_builds_reason(tmp_path, monkeypatch):
-    monkeypatch.setattr(native, "BUILD_DIR", tmp_path)
-    (tmp_path / "onednn_lstm.json").write_text(json.dumps({"built": False, "reason": "torch is not installed"}))
+    skip(fake_site(tmp_path, monkeypatch), onednn.NAME, "torch is not installed")
     with pytest.raises(UnsupportedError, match=r"^--lstm-impl onednn: the native onednn_lstm library is not "
                                                r"available: torch is not installed$"):
         resolve("onednn", Run(platform="cpu"))

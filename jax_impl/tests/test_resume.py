@@ -22,7 +22,7 @@ from common.data import prepare_data
 from common.params import init_params
 from jax_impl.recurrences import native
 from jax_impl.recurrences.choice import Run, auto
-from jax_impl.model import model_from_config
+from jax_impl.classifier import model_from_config
 from jax_impl.tests.conftest import Tiny
 from jax_impl.state import STATE_ITEM, load_training_state, save_training_state
 from jax_impl.step import create_train_state

@@ -5,7 +5,7 @@ import jax
 import numpy as np
 import pytest
 
-import jax_impl.train
+import jax_impl.classifier
 from common.batches import batches
 from common.runstate import checkpoint_dirs, load_latest
 from jax_impl.state import load_training_state
@@ -25,7 +25,7 @@ def poisoned_steps(tiny, monkeypatch):
     elsewhere = set(np.unique(data.val.tokens).tolist()) | set(np.unique(data.test.tokens).tolist())
     token = next(t for t in range(2, len(data.vocab)) if t not in elsewhere
                  and not any(t in ids for ids in order[:2]) and any(t in ids for ids in order))
-    real = jax_impl.train.batch_to_device
+    real = jax_impl.classifier.to_device
 
     def poisoning(batch, device=None):
         out = real(batch, device)
@@ -35,7 +35,7 @@ def poisoned_steps(tiny, monkeypatch):
                 np.float32), batch.lengths), device)["labels"]
         return out
 
-    monkeypatch.setattr(jax_impl.train, "batch_to_device", poisoning)
+    monkeypatch.setattr(jax_impl.classifier, "to_device", poisoning)
     return [step for step, ids in enumerate(order, 1) if token in ids]
 
 

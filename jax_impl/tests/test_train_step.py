@@ -7,10 +7,9 @@ import pytest
 
 from common.batches import batches
 from common.precision import BFLOAT16_RULES
-from jax_impl.model import model_from_config
 from common import loop
-from jax_impl.step import (TrainState, batch_to_device, create_train_state, forward, make_loss_fn, make_train_step,
-                           padded_eval_batch)
+from jax_impl.classifier import forward, make_loss_fn, model_from_config, padded_eval_batch, to_device
+from jax_impl.step import TrainState, create_train_state, make_train_step
 from jax_impl.train import JaxTwin
 from jax_impl.convert import to_flax
 from jax_impl.loss import bce_per_example
@@ -25,7 +24,7 @@ def evaluate(tiny, params, split):
 
 def first_batches(tiny, n=2):
     it = batches(tiny.data.train, tiny.cfg.batch_size, shuffle_seed=tiny.cfg.seed, epoch=0)
-    return [batch_to_device(next(it), tiny.device) for _ in range(n)]
+    return [to_device(next(it), tiny.device) for _ in range(n)]
 
 
 def params_of(tiny):
@@ -143,7 +142,7 @@ def test_train_and_eval_steps_compile_once_per_shape_across_an_epoch(tiny):
     key = jax.device_put(jax.random.key(0), tiny.device)
     sizes = []
     for batch in batches(tiny.data.train, cfg.batch_size, shuffle_seed=cfg.seed, epoch=0):
-        state, carry, metrics = tiny.train_step(state, carry, batch_to_device(batch, tiny.device), key)
+        state, carry, metrics = tiny.train_step(state, carry, to_device(batch, tiny.device), key)
         sizes.append(tiny.train_step._cache_size())
     assert len(sizes) > 10 and sizes[-1] == sizes[0]  # nothing compiled after the first batch
     assert len(tiny.data.val) % cfg.batch_size != 0  # the last validation batch is smaller, then padded
@@ -175,7 +174,7 @@ def test_padded_eval_batch_marks_padding_with_weight_zero(tiny):
 
 def test_skip_nonfinite_leaves_params_optimizer_state_and_carry_unchanged(tiny, two_batches):
     cfg = tiny.cfg.replace(skip_nonfinite=True)
-    train_step = make_train_step(tiny.model, cfg)
+    train_step = make_train_step(make_loss_fn(tiny.model, cfg), cfg)
     _, b2, carry = two_batches
     state = create_train_state(tiny.model, cfg, tiny.neutral, tiny.device)
     before = leaves((state.params, state.opt_state, carry))

@@ -19,7 +19,8 @@ from common.runstate import checkpoint_dirs, read_progress
 from common.tests.lm_corpus import lm_args, write_lm_corpus
 from torch_impl import predict as torch_predict
 from torch_impl import train as torch_train
-from torch_impl.model import export_params, model_from_config
+from torch_impl.classifier import model_from_config
+from torch_impl.model import export_params
 from torch_impl.tests.conftest import ROOT, run_cli, tiny_args
 
 

@@ -9,8 +9,10 @@ import pytest
 import torch
 
 from common.errors import CheckpointError, ConfigError
-from common.lm_params import init_lm_params, lm_param_shapes
-from torch_impl.lm_model import RNNModel, cross_entropy, export_params, load_params, make_lm_model
+from common.params import init_lm_params, lm_param_shapes
+from torch_impl.lm import cross_entropy, make_lm_model
+from torch_impl.lm_model import RNNModel
+from torch_impl.model import export_params, load_params
 from torch_impl.step import repackage_hidden
 
 V, E, H, L, T, B = 50, 16, 16, 2, 7, 3

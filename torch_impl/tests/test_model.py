@@ -7,7 +7,8 @@ import torch
 
 from common.checkpoint import load_checkpoint, save_checkpoint
 from common.params import init_params, param_shapes
-from torch_impl.model import SentimentRNN, export_params, load_params, model_from_config
+from torch_impl.classifier import model_from_config
+from torch_impl.model import SentimentRNN, export_params, load_params
 
 V, E, H, L, B, T = 30, 8, 16, 2, 4, 12
 

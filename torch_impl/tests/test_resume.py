@@ -14,6 +14,7 @@ from common.errors import ConfigError
 from common.loop import NonFiniteError
 from common.metrics import read_metrics
 from common.runstate import checkpoint_dirs, load_latest
+from torch_impl import classifier as torch_classifier
 from torch_impl import train as torch_train
 from torch_impl.state import CARRY_FILE, MODEL_FILE, OPTIMIZER_FILE, RNG_FILE, STATE_FILE, load_training_state
 from torch_impl.tests.conftest import run_cli, spawn_cli, tiny_args
@@ -111,7 +112,7 @@ def test_resume_refuses_other_trajectory_settings(tmp_path, three_checkpoints, t
 
 def _poison_gradient_at(monkeypatch, step: int) -> None:
     """Make the output layer's gradient infinite at training step ``step`` (a finite loss, a bad gradient)."""
-    build = torch_train.model_from_config
+    build = torch_classifier.model_from_config
     calls = {"n": 0}
 
     def poison(grad):
@@ -123,7 +124,7 @@ def _poison_gradient_at(monkeypatch, step: int) -> None:
         model.fc.bias.register_hook(poison)
         return model
 
-    monkeypatch.setattr(torch_train, "model_from_config", model_from_config)
+    monkeypatch.setattr(torch_classifier, "model_from_config", model_from_config)
 
 
 def test_nonfinite_step_stops_naming_it_and_keeps_the_good_checkpoint(tmp_path, monkeypatch, tiny_cfg):
@@ -150,7 +151,7 @@ def test_skip_nonfinite_skips_and_counts(tmp_path, monkeypatch, tiny_cfg):
 
 
 def test_nan_output_is_a_nonfinite_step_too(tmp_path, monkeypatch, tiny_cfg):
-    build = torch_train.model_from_config
+    build = torch_classifier.model_from_config
     calls = {"n": 0}
 
     def nan_at_second_training_forward(module, inputs, output):
@@ -165,7 +166,7 @@ def test_nan_output_is_a_nonfinite_step_too(tmp_path, monkeypatch, tiny_cfg):
         model.fc.register_forward_hook(nan_at_second_training_forward)
         return model
 
-    monkeypatch.setattr(torch_train, "model_from_config", model_from_config)
+    monkeypatch.setattr(torch_classifier, "model_from_config", model_from_config)
     result = _short_run(tmp_path, monkeypatch, tiny_cfg, max_steps=4, skip_nonfinite=True)
     assert result["skipped_steps"] == 1 and result["steps"] == 4
 

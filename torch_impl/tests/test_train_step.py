@@ -8,9 +8,9 @@ import torch
 
 from common.batches import Batch, batches
 from common.data import prepare_data
-from torch_impl.model import model_from_config
+from torch_impl.classifier import eval_step, model_from_config, train_step
 from common.loop import evaluate
-from torch_impl.step import TrainState, eval_step, make_optimizer, repackage_hidden, train_step
+from torch_impl.step import TrainState, make_optimizer, repackage_hidden
 from torch_impl.train import TorchTwin
 
 
@@ -151,7 +151,7 @@ def test_skip_nonfinite_changes_nothing(cfg, tiny_data):
 def test_eval_step_sums_bce_and_counts_correct(cfg, tiny_data):
     model = _setup(cfg, tiny_data).model
     batch = next(batches(tiny_data.val, 5))
-    loss_sum, correct = (float(x) for x in eval_step(model, batch))
+    loss_sum, correct = (float(x) for x in eval_step(model, None, batch, cfg)[1])
     probs, _ = model.eval()(torch.from_numpy(batch.tokens).long(), model.init_hidden(5))
     p, y = probs.detach().numpy(), batch.labels
     expected = -(y * np.log(p) + (1 - y) * np.log(1 - p)).sum()
@@ -163,7 +163,7 @@ def test_evaluate_reads_every_example_once(cfg, tiny_data):
     model = _setup(cfg, tiny_data).model
     split = tiny_data.val  # 12 examples; batch 5 leaves a last batch of 2
     whole = Batch(split.tokens, split.labels, np.maximum(split.lengths, 1))
-    loss_sum, correct = (float(x) for x in eval_step(model, whole))
+    loss_sum, correct = (float(x) for x in eval_step(model, None, whole, cfg)[1])
     twin = TorchTwin(cfg.replace(batch_size=5), len(tiny_data.vocab), torch.device("cpu"), None)
     twin.model = model
     mean_loss, accuracy = evaluate(twin, None, split, cfg.replace(batch_size=5))

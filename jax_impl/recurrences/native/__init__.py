@@ -1,25 +1,27 @@
-"""The JAX twin's native LSTM kernels: shared libraries of XLA FFI handlers that ``make setup`` builds
-(:mod:`jax_impl.recurrences.native.build`) into :data:`BUILD_DIR`, each beside its build record ``NAME.json``, loaded
-here on first use.
+"""The JAX twin's native libraries: ``lib{NAME}.so`` files of XLA FFI handlers, built by the package's CMake build
+(``CMakeLists.txt``, through scikit-build-core: ``pip install .``, ``pip install -e .`` and ``make setup`` alike) and
+installed into :data:`FOLDER` of site-packages, where pip's install record (the distribution's ``RECORD``) lists each
+with its size and SHA-256. A library the build could not make is installed as ``NAME.skipped``, a line saying why.
 
-:func:`validated` is the one way in: it checks a library against its build record (built, present, the recorded
-size and SHA-256) before ``dlopen`` ever maps it (a truncated library mapped by ``dlopen`` kills the process with a
-bus error), then loads it and checks that it exports every symbol this code calls (:data:`FFI_HANDLERS`,
-:data:`FUNCTIONS`). Each failure is an :class:`UnsupportedError` of one line naming the file and what to do.
-:func:`unavailable` gives that line (``None`` where the library can run), which ``--lstm-impl auto`` and the
-refusals of a named implementation consult; :func:`load` also registers its FFI handlers with XLA. Registration is
-process-wide state by nature (XLA keeps one table of custom-call targets per process), so it happens once per process
-and handler.
+:func:`validated` is the one way in, and its one check comes before ``dlopen`` maps anything (a truncated library
+mapped by ``dlopen`` kills the process with a bus error): the file's size and SHA-256 against the install record.
+Then it loads the library, checks that it exports every symbol this code calls (:data:`FFI_HANDLERS`,
+:data:`FUNCTIONS`) and types those functions (and the test build's :data:`PROBES`) for ctypes, once per process.
+Each failure is an :class:`UnsupportedError` of one line naming the file and what to do; :func:`unavailable` gives
+that line (None where the library can run), which ``--lstm-impl auto`` and the refusals of a named implementation
+consult. :func:`load` also registers the library's FFI handlers with XLA, once per process and handler (XLA keeps
+one table of targets per process).
 
-The environment variable ``LSTM_TWINS_NATIVE_BUILD_DIR``, where set, names another build folder (read once, at
-import): the build writes there and the twin loads from there, which lets a test run the CLI on a damaged copy.
+The environment variable ``LSTM_TWINS_NATIVE_DIR``, where set (read once, at import), names a folder whose
+``lib{NAME}.so`` files are read in place of the installed ones, and checked against the same install record.
 """
 from __future__ import annotations
 
+import base64
 import ctypes
 import functools
 import hashlib
-import json
+import importlib.metadata
 import os
 import platform
 import stat
@@ -27,121 +29,148 @@ from pathlib import Path
 
 from common.errors import UnsupportedError
 
-BUILD_DIR = Path(os.environ.get("LSTM_TWINS_NATIVE_BUILD_DIR") or Path(__file__).resolve().parent / "build").absolute()
+DIST = "lstm-twins"
+FOLDER = "jax_impl/recurrences/native"  # where the libraries are installed, relative to site-packages
+NATIVE_DIR_ENV = "LSTM_TWINS_NATIVE_DIR"
+NATIVE_DIR = os.environ.get(NATIVE_DIR_ENV) or None
+FIX = "reinstall the package (make setup, or pip install .)"
 
+i64, f64, ptr = ctypes.c_int64, ctypes.c_double, ctypes.c_void_p
 # What this code calls in each library: the XLA FFI handlers (registered with XLA by load) and the plain C functions
-# (called through ctypes). A library lacking any of them is not the library this code was written for.
+# (called through ctypes), each as (result type, argument types). A library lacking any of them is not the library
+# this code was written for.
 FFI_HANDLERS = {
     "lstm_kernel": ("lstm_kernel_forward", "lstm_kernel_backward"),
     "onednn_lstm": ("onednn_lstm_forward", "onednn_lstm_backward", "onednn_lstm_forward_bf16",
                     "onednn_lstm_backward_bf16", "onednn_lstm_denormals_flushed"),
 }
 FUNCTIONS = {
-    "lstm_kernel": ("lstm_kernel_isa", "lstm_kernel_supported", "lstm_kernel_set_isa", "lstm_kernel_exp_tanh",
-                    "lstm_kernel_activation", "lstm_kernel_threads", "lstm_kernel_tile_gflops",
-                    "lstm_kernel_team_flush_fraction"),
-    "onednn_lstm": ("onednn_lstm_workspace_bytes", "onednn_lstm_version", "onednn_lstm_threads",
-                    "onednn_lstm_copies"),
-    "gemm_choice": ("gemm_choice_gflops",),
+    "lstm_kernel": {"lstm_kernel_isa": (i64, ()), "lstm_kernel_supported": (i64, (i64,)),
+                    "lstm_kernel_set_isa": (i64, (i64,)), "lstm_kernel_exp_tanh": (ctypes.c_char_p, (i64,)),
+                    "lstm_kernel_threads": (i64, (i64,)), "lstm_kernel_tile_gflops": (f64, (i64,) * 4)},
+    "onednn_lstm": {"onednn_lstm_workspace_bytes": (i64, (i64,) * 5), "onednn_lstm_version": (i64, ()),
+                    "onednn_lstm_threads": (i64, ())},
+}
+# Exported by a test build only (CMake option LSTM_TWINS_TEST_PROBES, which make setup turns on): tests that call one
+# skip, saying so, where it is absent.
+PROBES = {
+    "lstm_kernel": {"lstm_kernel_activation": (i64, (i64, i64, ptr, ptr, i64)),
+                    "lstm_kernel_team_flush_fraction": (f64, (i64,))},
 }
 
 
+def distribution() -> importlib.metadata.Distribution:
+    """The installed ``lstm-twins`` distribution, whose install record lists the libraries: the first on ``sys.path``
+    with a RECORD (a setuptools ``.egg-info`` left in a source checkout has none)."""
+    found = list(importlib.metadata.distributions(name=DIST))
+    if not found:
+        raise importlib.metadata.PackageNotFoundError(DIST)
+    return next((d for d in found if d.read_text("RECORD") is not None), found[0])
+
+
+def recorded(name: str) -> tuple[importlib.metadata.PackagePath | None, importlib.metadata.PackagePath | None, Path]:
+    """Library ``name``'s entries in the install record, ``(lib{name}.so, {name}.skipped)`` (None where absent), and
+    the record's own path; an :class:`UnsupportedError` where the package is not installed."""
+    try:
+        dist = distribution()
+    except importlib.metadata.PackageNotFoundError:
+        raise UnsupportedError(f"the native {name} library is not available: the {DIST} package is not installed; "
+                               f"install it with make setup (or pip install .)") from None
+    dist_info = f"{dist.metadata['Name'].replace('-', '_')}-{dist.version}.dist-info"
+    record_path = Path(str(dist.locate_file(f"{dist_info}/RECORD"))).absolute()
+    try:
+        files = {str(f): f for f in dist.files or ()}
+    except (OSError, ValueError) as err:  # unreadable, or a line whose size is no number
+        raise UnsupportedError(f"the native {name} library cannot be checked: the install record {record_path} "
+                               f"cannot be read ({' '.join(str(err).split())}); {FIX}") from None
+    return files.get(f"{FOLDER}/lib{name}.so"), files.get(f"{FOLDER}/{name}.skipped"), record_path
+
+
 def library_path(name: str) -> Path:
-    return BUILD_DIR / f"lib{name}.so"
+    """Where library ``name`` is read from: in :data:`NATIVE_DIR` where it is set, else where the install record puts
+    it; an :class:`UnsupportedError` where the package is not installed."""
+    return where(name, *recorded(name)[::2])
 
 
-def status_path(name: str) -> Path:
-    """The build's record of ``name``: built or not, why not, the command, the seconds, the library's size in bytes
-    and SHA-256."""
-    return BUILD_DIR / f"{name}.json"
-
-
-def rebuild(name: str) -> str:
-    """What to do about a library that fails its checks."""
-    return f"rebuild it with make setup (or python -m jax_impl.recurrences.native.build {name})"
+def where(name: str, entry: importlib.metadata.PackagePath | None, record: Path) -> Path:
+    if NATIVE_DIR:
+        return Path(NATIVE_DIR).absolute() / f"lib{name}.so"
+    return Path(entry.locate()).absolute() if entry else record.parent.parent / FOLDER / f"lib{name}.so"
 
 
 def validated(name: str) -> ctypes.CDLL:
-    """Library ``name`` loaded, once it has passed every check in order: an x86-64 machine; its build record a JSON
-    object that says it was built, with its size and SHA-256; the file present, of that size and checksum (nothing is
-    mapped before this); ``dlopen`` succeeds; every symbol of :data:`FFI_HANDLERS` and :data:`FUNCTIONS` exported.
-    The first failure raises an :class:`UnsupportedError` of one line naming the file and what to do."""
+    """Library ``name`` loaded, once it has passed every check in order: an x86-64 machine; the build made it (else
+    its ``.skipped`` reason); the install record has its size and SHA-256; the file is present, a regular file, of
+    that size and checksum (nothing is mapped before this); ``dlopen`` succeeds; every symbol of :data:`FFI_HANDLERS`
+    and :data:`FUNCTIONS` exported. The first failure raises an :class:`UnsupportedError` of one line naming the file
+    and what to do."""
     if platform.machine() not in ("x86_64", "AMD64"):
         raise UnsupportedError(f"the native {name} library is built for x86-64 CPUs only, not {platform.machine()}")
-    library, status = library_path(name), status_path(name)
-    fix = rebuild(name)
-    try:
-        record = json.loads(status.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        if library.exists():
-            raise UnsupportedError(f"the native {name} library {library} has no build record ({status} is missing), "
-                                   f"so it cannot be checked; {fix}") from None
-        raise UnsupportedError(f"the native {name} library is not available: not built; build it with make setup "
-                               f"(or python -m jax_impl.recurrences.native.build {name})") from None
-    except OSError as err:
-        raise UnsupportedError(f"the native {name} library's build record {status} cannot be read "
-                               f"({err.strerror}); {fix}") from None
-    except ValueError as err:  # not JSON, or not UTF-8
-        raise UnsupportedError(f"the native {name} library's build record {status} is not JSON ({err}); {fix}"
-                               ) from None
-    if not isinstance(record, dict):
-        held = {type(None): "null", list: "a list", str: "a string", bool: "a boolean"}.get(type(record), "a number")
-        raise UnsupportedError(f"the native {name} library's build record {status} holds {held}, not an object; {fix}")
-    if record.get("built") is False:
-        reason = record.get("reason")
-        reason = " ".join(reason.split()) if isinstance(reason, str) else ""  # one line, whatever the record holds
-        raise UnsupportedError(f"the native {name} library is not available: {reason or 'not built'}")
-    if record.get("built") is not True:
-        raise UnsupportedError(f"the native {name} library's build record {status} does not say whether it was "
-                               f"built; {fix}")
-    size, recorded = record.get("size"), record.get("sha256")
-    if size is None or recorded is None:
-        raise UnsupportedError(f"the native {name} library {library} was built by an older set-up (its build record "
-                               f"has no size and SHA-256 to check it against); {fix}")
-    if type(size) is not int or not isinstance(recorded, str) or len(recorded) != 64:
-        raise UnsupportedError(f"the native {name} library's build record {status} holds a malformed size or "
-                               f"SHA-256; {fix}")
+    if NATIVE_DIR and not Path(NATIVE_DIR).is_dir():
+        raise UnsupportedError(f"{NATIVE_DIR_ENV} names {NATIVE_DIR}, which is not a folder; unset it or name the "
+                               f"folder that holds lib{name}.so")
+    entry, skipped, record = recorded(name)
+    library = where(name, entry, record)
+    if entry is None and skipped is None and library.exists():
+        raise UnsupportedError(f"the native {name} library {library} is not in the install record {record}, so it "
+                               f"cannot be checked; {FIX}")
+    if entry is None:
+        reason = "not built"
+        if skipped is not None:
+            try:
+                reason = " ".join(Path(skipped.locate()).read_text(encoding="utf-8").split()) or reason
+            except (OSError, ValueError):
+                pass  # the reason is lost, not the refusal
+        raise UnsupportedError(f"the native {name} library is not available: {reason}"
+                               + ("" if skipped is not None else f"; {FIX}"))
+    if entry.hash is None or entry.size is None or entry.hash.mode != "sha256":
+        raise UnsupportedError(f"the native {name} library {library} has no size and SHA-256 in the install record "
+                               f"{record} to check it against; {FIX}")
     try:
         found = library.stat()
     except FileNotFoundError:
-        raise UnsupportedError(f"the native {name} library {library} is missing, though its build record says it was "
-                               f"built; {fix}") from None
+        raise UnsupportedError(f"the native {name} library {library} is missing, though the install record {record} "
+                               f"lists it; {FIX}") from None
     except OSError as err:
-        raise UnsupportedError(f"the native {name} library {library} cannot be read ({err.strerror}); {fix}") from None
+        raise UnsupportedError(f"the native {name} library {library} cannot be read ({err.strerror}); {FIX}") from None
     if not stat.S_ISREG(found.st_mode):
-        raise UnsupportedError(f"the native {name} library {library} is not a regular file; {fix}")
-    if found.st_size != size:
-        raise UnsupportedError(f"the native {name} library {library} is {found.st_size} bytes, not the {size} its "
-                               f"build recorded (truncated or replaced since); {fix}")
+        raise UnsupportedError(f"the native {name} library {library} is not a regular file; {FIX}")
+    if found.st_size != entry.size:
+        raise UnsupportedError(f"the native {name} library {library} is {found.st_size} bytes, not the {entry.size} "
+                               f"its install recorded (truncated or replaced since); {FIX}")
     try:
         checksum = file_sha256(str(library), found.st_size, found.st_mtime_ns, found.st_ino)
     except OSError as err:
-        raise UnsupportedError(f"the native {name} library {library} cannot be read ({err.strerror}); {fix}") from None
-    if checksum != recorded.lower():
-        raise UnsupportedError(f"the native {name} library {library} does not match the SHA-256 its build recorded "
-                               f"(altered since it was built); {fix}")
+        raise UnsupportedError(f"the native {name} library {library} cannot be read ({err.strerror}); {FIX}") from None
+    if checksum != entry.hash.value:
+        raise UnsupportedError(f"the native {name} library {library} does not match the SHA-256 its install recorded "
+                               f"(altered since it was installed); {FIX}")
     try:
         loaded = dlopen(str(library), checksum)
     except OSError as err:
         raise UnsupportedError(f"the native {name} library {library} does not load ({' '.join(str(err).split())}); "
-                               f"{fix}") from None
-    absent = [s for s in (*FFI_HANDLERS.get(name, ()), *FUNCTIONS.get(name, ())) if not hasattr(loaded, s)]
+                               f"{FIX}") from None
+    absent = [s for s in (*FFI_HANDLERS.get(name, ()), *FUNCTIONS.get(name, {})) if not hasattr(loaded, s)]
     if absent:
         more = f" and {len(absent) - 1} more of the symbols this code calls" if len(absent) > 1 else ""
         raise UnsupportedError(f"the native {name} library {library} does not export {absent[0]}{more} (it is not "
-                               f"the {name} library this code was written for); {fix}")
+                               f"the {name} library this code was written for); {FIX}")
+    for symbol, (result, arguments) in {**FUNCTIONS.get(name, {}), **PROBES.get(name, {})}.items():
+        if hasattr(loaded, symbol):
+            function = getattr(loaded, symbol)
+            function.restype, function.argtypes = result, list(arguments)
     return loaded
 
 
 def sha256(path: str | Path) -> str:
-    """The SHA-256 of the file at ``path``, hex: what the build records and :func:`validated` compares."""
+    """The SHA-256 of the file at ``path`` as an install record writes it: urlsafe base64, unpadded."""
     with open(path, "rb") as f:
-        return hashlib.file_digest(f, "sha256").hexdigest()
+        return base64.urlsafe_b64encode(hashlib.file_digest(f, "sha256").digest()).rstrip(b"=").decode()
 
 
 @functools.cache
 def file_sha256(path: str, size: int, mtime_ns: int, inode: int) -> str:
-    """:func:`sha256` once per process for each (size, mtime, inode) the file has, so a library rebuilt while the
+    """:func:`sha256` once per process for each (size, mtime, inode) the file has, so a library reinstalled while the
     process runs is hashed anew."""
     return sha256(path)
 
@@ -162,13 +191,23 @@ def unavailable(name: str) -> str | None:
     return None
 
 
+def missing_probe(name: str, symbol: str) -> str | None:
+    """Why the test probe ``symbol`` of library ``name`` cannot be called (the library is unavailable, or a production
+    build without probes), in one line; None where it can."""
+    reason = unavailable(name)
+    if reason is None and not hasattr(validated(name), symbol):
+        reason = (f"the native {name} library was built without its test probes ({symbol}); make setup builds them "
+                  f"(CMake option LSTM_TWINS_TEST_PROBES=ON)")
+    return reason
+
+
 _registered: set[str] = set()  # the FFI handlers registered with XLA in this process
 
 
 def load(name: str) -> ctypes.CDLL:
     """Library ``name`` through :func:`validated`, its :data:`FFI_HANDLERS` registered with XLA for the CPU, each under
-    its own name; an :class:`UnsupportedError` saying why where it cannot be. XLA's table of targets is process-wide:
-    each handler is registered once per process, from the first library that passed."""
+    its own name; an :class:`UnsupportedError` saying why where it cannot be. Each handler is registered once per
+    process, from the first library that passed."""
     import jax
 
     library = validated(name)

@@ -116,9 +116,9 @@ std::atomic<const StepOps*> current_ops{
                                                                                         : lstm_isa::kPortable)};
 
 // OpenBLAS computes on the caller's thread only: its own worker threads, once woken, spin for a while after each
-// call, and on a 2-core machine that spinning took 12% of a training step's CPU time from the team (perf). The
-// GEMMs over all steps are split over the team instead (team_gemm). The library is the project's own copy
-// (scipy-openblas32), which nothing else in the process calls, so its process-wide setting is ours to make.
+// call, and on a 2-core machine that spinning takes the team's cores (docs/performance.md's log). The GEMMs over all
+// steps are split over the team instead (team_gemm). The library is the project's own copy (scipy-openblas32), which
+// nothing else in the process calls, so its process-wide setting is ours to make.
 const bool openblas_single_threaded = (scipy_openblas_set_num_threads(1), true);
 
 // C (m, n) = op(A) op(B) (+ C where `accumulate`), column-major, in OpenBLAS's terms, on the calling thread.
@@ -146,8 +146,8 @@ void team_gemm(int threads, bool trans_a, bool trans_b, int64_t m, int64_t n, in
 }
 
 // Asks for the floats [begin, begin + n) of `blocks` blocks `stride` floats apart to be brought into the cache:
-// issued before a step's GEMM, the loads of its gate math then hit the cache (measured: without this, half the gate
-// math's time is spent waiting for the input gates from memory).
+// issued before a step's GEMM, the loads of its gate math then hit the cache instead of waiting for the input gates
+// from memory.
 void prefetch(const float* begin, int64_t n, int64_t blocks, int64_t stride) {
   for (int64_t g = 0; g < blocks; ++g)
     for (int64_t j = 0; j < n; j += 64 / sizeof(float))
@@ -298,9 +298,8 @@ class StepSums {
 
 // Faults in the whole pages of share k of n of [p, p + bytes), in one call per thread. XLA allocates the large
 // outputs afresh on every execution, and faulting their pages in one by one, as the steps first write them, cost
-// more than computing the steps on the machines measured (a VM: each fault traps, and the two threads' faults contend
-// for the same locks). Measured on the seed's training step, steps 3 s apart: system time 100-220 ms a step without,
-// 40-70 ms with (benchmarks/PERFORMANCE.md). The contents are unchanged: it only maps the pages.
+// more than computing the steps in a VM (each fault traps, and the two threads' faults contend for the same locks;
+// docs/performance.md's log). The contents are unchanged: it only maps the pages.
 void prefault(void* p, size_t bytes, int k, int n) {
   const uintptr_t page = 4096, begin = (reinterpret_cast<uintptr_t>(p) + page - 1) & ~(page - 1);
   const uintptr_t end = (reinterpret_cast<uintptr_t>(p) + bytes) & ~(page - 1);
@@ -314,8 +313,8 @@ void prefault(void* p, size_t bytes, int k, int n) {
 
 // Where a team's threads meet after each step. libgomp's own barrier spins only about 1000 times before it sleeps in
 // the kernel whenever it counts more threads than cores (XLA's pool threads count), and waking a sleeper costs more
-// than a step's imbalance between the threads: measured, 50-150 sleeps per thread per call and 5-40 ms of a call's
-// 35-90 spent waiting. This one spins for up to kSpin before it sleeps on a futex, which a step never needs.
+// than a step's imbalance between the threads (docs/performance.md's log). This one spins for up to kSpin before it
+// sleeps on a futex, which a step never needs.
 class StepBarrier {
  public:
   explicit StepBarrier(int threads) : threads_(threads) {}
@@ -453,7 +452,7 @@ ffi::Error Forward(ffi::BufferR2<ffi::F32> source, ffi::BufferR2<ffi::S32> rows,
   float* c = c_t->typed_data();
   // The outputs stay on XLA's 4 KiB pages. Transparent huge pages (madvise) halved a step's page faults back to back,
   // but made steps that start seconds apart, as the bench's do, slower: where the VM hands freed 2 MiB blocks back to
-  // its host (free page reporting), each fresh huge page is faulted in on the host too (benchmarks/PERFORMANCE.md).
+  // its host (free page reporting), each fresh huge page is faulted in on the host too (docs/performance.md).
   std::memcpy(c, c0.typed_data(), sizeof(float) * d.b * d.h);
   // h ping-pongs between two buffers: step t's GEMM reads one while the threads write the other.
   Floats h_buffers = floats(2 * d.b * d.h);
@@ -723,25 +722,8 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(lstm_kernel_backward, Backward,
                                   .Ret<ffi::BufferR2<ffi::F32>>()  // dw_table
                                   .Attr<bool>("gathered"));
 
-// The fraction of a team's threads that flush a denormal product to zero when the caller does (FTZ and DAZ set
-// here, as XLA sets them on its threads) and the team's threads were first started by the caller without them.
-extern "C" double lstm_kernel_team_flush_fraction(int64_t hidden) {
-  const unsigned before = _mm_getcsr();
-#pragma omp parallel num_threads(team_size(hidden))
-  { volatile int started = omp_get_thread_num(); (void)started; }
-  _mm_setcsr(before | _MM_FLUSH_ZERO_ON | 0x0040 /* DAZ */);
-  std::atomic<int> flushed{0}, threads{0};
-  on_team(hidden, [&](Units, StepBarrier&) {
-    volatile float tiny = 1e-20f;
-    flushed += (tiny * tiny == 0.0f);
-    ++threads;
-  });
-  _mm_setcsr(before);
-  return static_cast<double>(flushed) / threads;
-}
-
 // GFLOP/s of the forward's step product as the kernel runs it on instruction set `isa` (lstm_isa::Isa), for
-// benchmarks.gemm_choice: (b, h) . (h, 4h) by the team's register tiles over W_hh packed in panels, a barrier after
+// studies.gemm_choice: (b, h) . (h, 4h) by the team's register tiles over W_hh packed in panels, a barrier after
 // each product; best of 5 runs of `reps`. -1 where the CPU cannot run that set or it has no tiles (portable).
 extern "C" double lstm_kernel_tile_gflops(int64_t isa, int64_t b, int64_t h, int64_t reps) {
   if (!supported(isa) || !ops_of(isa)->tile) return -1;
@@ -787,6 +769,24 @@ extern "C" int64_t lstm_kernel_set_isa(int64_t isa) {
 // Whose exp and tanh instruction set `isa`'s gate math calls, and their accuracy (for the run record).
 extern "C" const char* lstm_kernel_exp_tanh(int64_t isa) { return ops_of(isa)->exp_tanh; }
 
+#ifdef LSTM_KERNEL_PROBES  // the test build's probes (CMake option LSTM_TWINS_TEST_PROBES)
+// The fraction of a team's threads that flush a denormal product to zero when the caller does (FTZ and DAZ set
+// here, as XLA sets them on its threads) and the team's threads were first started by the caller without them.
+extern "C" double lstm_kernel_team_flush_fraction(int64_t hidden) {
+  const unsigned before = _mm_getcsr();
+#pragma omp parallel num_threads(team_size(hidden))
+  { volatile int started = omp_get_thread_num(); (void)started; }
+  _mm_setcsr(before | _MM_FLUSH_ZERO_ON | 0x0040 /* DAZ */);
+  std::atomic<int> flushed{0}, threads{0};
+  on_team(hidden, [&](Units, StepBarrier&) {
+    volatile float tiny = 1e-20f;
+    flushed += (tiny * tiny == 0.0f);
+    ++threads;
+  });
+  _mm_setcsr(before);
+  return static_cast<double>(flushed) / threads;
+}
+
 // out[i] = exp(in[i]) (which 0) or tanh(in[i]) (which 1), i < n, as instruction set `isa`'s gate math computes them;
 // 0, or -1 where the CPU cannot run that set.
 extern "C" int64_t lstm_kernel_activation(int64_t isa, int64_t which, const float* in, float* out, int64_t n) {
@@ -794,3 +794,4 @@ extern "C" int64_t lstm_kernel_activation(int64_t isa, int64_t which, const floa
   (which == 0 ? ops_of(isa)->exp : ops_of(isa)->tanh)(in, out, n);
   return 0;
 }
+#endif  // LSTM_KERNEL_PROBES

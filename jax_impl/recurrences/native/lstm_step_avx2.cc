@@ -21,7 +21,7 @@ struct Avx2 {
   using R = __m256;
   static constexpr int kLanes = 8;
   // 3 rows x 4 accumulators + 4 panel registers + 1 broadcast: one more than the 16 registers, so one FMA reads its
-  // operand from the cache; measured (lstm_kernel_tile_gflops), 2 and 4 rows are 25-40% slower.
+  // operand from the cache; 2 and 4 rows run slower (lstm_kernel_tile_gflops; docs/performance.md's log).
   static constexpr int kTileRows = 3;
 
   static __m256i mask(int n) {

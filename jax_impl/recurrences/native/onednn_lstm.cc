@@ -8,14 +8,13 @@
 //   forward:  y (T, B, H), h_T and c_T (B, H), and in training oneDNN's workspace (bytes) for the backward
 //   backward: dy (T, B, H), dh_T and dc_T (B, H) -> dx, dw_ih, dw_hh, db (= d b_ih = d b_hh), dh0, dc0
 //
-// ATen allocates its results itself. So that nothing is copied, a handler hands ATen the XLA buffers it must fill
-// (HandOff): the CPU allocator then returns those buffers for the allocations of exactly their sizes, in order.
-// Where ATen allocated elsewhere anyway (another torch version), the handler copies, and the result is the same.
+// ATen allocates its results itself; each is copied into the XLA buffer that holds it (deliver). Nothing here changes
+// PyTorch's process-wide state (its allocator, its settings): the library is loaded into programs of other people.
 #include <omp.h>
+#include <sys/mman.h>
 #include <xmmintrin.h>
 
 #include <algorithm>
-#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <cstring>
@@ -23,7 +22,6 @@
 #include <functional>
 #include <future>
 #include <mutex>
-#include <set>
 #include <thread>
 #include <utility>
 
@@ -35,7 +33,6 @@
 #include <ATen/ops/mkldnn_rnn_layer_cpu_dispatch.h>
 #include <ATen/ops/mm.h>
 #include <ATen/ops/zeros.h>
-#include <c10/core/CPUAllocator.h>
 #include <c10/core/GradMode.h>
 
 #include "xla/ffi/api/ffi.h"
@@ -52,79 +49,30 @@ namespace {
 
 constexpr int64_t kLstm = 2;  // ideep::rnn_kind::LSTM, as at::lstm passes it
 
-// ---------------------------------------------------------------- handing XLA's buffers to ATen's allocations
+// ---------------------------------------------------------------- results into XLA's buffers
 
-thread_local std::deque<std::pair<size_t, void*>>* claims = nullptr;  // armed by HandOff on this thread only
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23  // Linux 5.14; older kernels refuse it, and the copy faults the pages in as before
+#endif
 
-// The XLA buffers handed out and not yet given back: freeing one is a no-op (XLA owns it). ATen's tensors free them
-// through their own no-op deleter; this is for oneDNN's raw allocations, which go through raw_deleter().
-std::mutex handed_mutex;
-std::set<void*> handed;
-
-void no_delete(void* p) {
-  std::lock_guard<std::mutex> lock(handed_mutex);
-  handed.erase(p);
-}
-
-c10::DeleterFnPtr base_raw_delete = nullptr;
-
-void raw_delete(void* p) {
-  {
-    std::lock_guard<std::mutex> lock(handed_mutex);
-    if (handed.erase(p)) return;
-  }
-  base_raw_delete(p);
-}
-
-struct HandOffAllocator final : c10::Allocator {
-  c10::Allocator* base;
-  explicit HandOffAllocator(c10::Allocator* fallback) : base(fallback) { base_raw_delete = base->raw_deleter(); }
-
-  c10::DataPtr allocate(size_t n) override {
-    if (claims != nullptr && !claims->empty() && claims->front().first == n) {
-      void* p = claims->front().second;
-      claims->pop_front();
-      std::lock_guard<std::mutex> lock(handed_mutex);
-      handed.insert(p);
-      return {p, p, &no_delete, c10::Device(c10::DeviceType::CPU)};
-    }
-    return base->allocate(n);
-  }
-  c10::DeleterFnPtr raw_deleter() const override { return base_raw_delete ? &raw_delete : nullptr; }
-  void copy_data(void* dest, const void* src, std::size_t count) const override { std::memcpy(dest, src, count); }
-};
-
-void install_allocator() {
-  static std::once_flag once;
-  std::call_once(once, [] {
-    static HandOffAllocator allocator(c10::GetCPUAllocator());
-    c10::SetCPUAllocator(&allocator, /*priority=*/1);
-  });
-}
-
-// While alive, ATen's allocations of these sizes, in this order, get these buffers.
-class HandOff {
- public:
-  explicit HandOff(std::deque<std::pair<size_t, void*>> wanted) : wanted_(std::move(wanted)) {
-    install_allocator();
-    claims = &wanted_;
-  }
-  ~HandOff() { claims = nullptr; }
-
- private:
-  std::deque<std::pair<size_t, void*>> wanted_;
-};
-
-std::atomic<int64_t> copies{0};  // results ATen wrote elsewhere than into XLA's buffer
-
-// `result` into the XLA buffer `out` of element type `type` (nothing to do where ATen already wrote there). A result
-// of another type is rounded to the buffer's, as PyTorch's autograd rounds a gradient to its input's type: oneDNN's
-// bfloat16 backward returns float32 gradients.
+// `result` into the XLA buffer `out` of element type `type`. A result of another type is rounded to the buffer's, as
+// PyTorch's autograd rounds a gradient to its input's type: oneDNN's bfloat16 backward returns float32 gradients.
+// XLA allocates its outputs afresh on every execution, so each chunk's destination pages are mapped in one call
+// before its copy (not faulted in one by one as the copy first writes them), and the chunks are spread over ATen's
+// intra-op threads.
 void deliver(const at::Tensor& result, void* out, at::ScalarType type) {
-  if (result.data_ptr() == out) return;
   const at::Tensor typed = result.to(type).contiguous();
-  std::memcpy(out, typed.data_ptr(), typed.nbytes());
-  ++copies;
+  const auto* from = static_cast<const char*>(typed.data_ptr());
+  auto* to = static_cast<char*>(out);
+  constexpr int64_t kPage = 4096, kChunk = 256 * kPage;
+  const int64_t bytes = typed.nbytes();
+  at::parallel_for(0, (bytes + kChunk - 1) / kChunk, 1, [&](int64_t first, int64_t last) {
+    const int64_t begin = first * kChunk, end = std::min(bytes, last * kChunk);
+    const uintptr_t page_begin = (reinterpret_cast<uintptr_t>(to + begin) + kPage - 1) & ~uintptr_t(kPage - 1);
+    const uintptr_t page_end = reinterpret_cast<uintptr_t>(to + end) & ~uintptr_t(kPage - 1);
+    if (page_end > page_begin) madvise(reinterpret_cast<void*>(page_begin), page_end - page_begin, MADV_POPULATE_WRITE);
+    std::memcpy(to + begin, from + begin, end - begin);
+  });
 }
 
 // ---------------------------------------------------------------- float rules and views
@@ -238,17 +186,11 @@ ffi::Error Forward(ffi::BufferR3<T> x, ffi::BufferR2<T> w_ih, ffi::BufferR2<T> w
   const Dims d = dims_of(x, w_hh);
   if (auto err = check(d, w_ih); err.failure()) return err;
   constexpr at::ScalarType type = Elem<T>::aten;
-  const size_t e = at::elementSize(type);
   return on_aten_thread([&]() -> ffi::Error {
     try {
       flush_denormals_everywhere();
       // oneDNN's training forward (which fills the workspace) runs where grad mode is on, its inference one elsewhere.
       c10::AutoGradMode grad_mode(train);
-      std::deque<std::pair<size_t, void*>> wanted = {{e * d.t * d.b * d.h, y->untyped_data()},
-                                                     {e * d.b * d.h, h_t->untyped_data()},
-                                                     {e * d.b * d.h, c_t->untyped_data()}};
-      if (train) wanted.emplace_back(workspace->element_count(), workspace->untyped_data());
-      HandOff handed(std::move(wanted));
       auto [out, h, c, ws] = at::cpu::mkldnn_rnn_layer(
           view(x, {d.t, d.b, d.d}, type), view(w_ih, {4 * d.h, d.d}, type), view(w_hh, {4 * d.h, d.h}, type),
           view(b_ih, {4 * d.h}, type), view(b_hh, {4 * d.h}, type), view(h0, {d.b, d.h}, type),
@@ -279,18 +221,9 @@ ffi::Error Backward(ffi::BufferR3<T> x, ffi::BufferR2<T> w_ih, ffi::BufferR2<T> 
   const Dims d = dims_of(x, w_hh);
   if (auto err = check(d, w_ih); err.failure()) return err;
   constexpr at::ScalarType type = Elem<T>::aten;
-  const size_t e = at::elementSize(type);
   return on_aten_thread([&]() -> ffi::Error {
     try {
       flush_denormals_everywhere();
-      // The gradients are float32 whatever the inputs: handed XLA's buffers in float32 only (a float32 gradient
-      // must not take a bfloat16 buffer of its size), rounded and copied in bfloat16.
-      std::deque<std::pair<size_t, void*>> wanted;
-      if (type == at::kFloat)
-        wanted = {{e * d.t * d.b * d.d, dx->untyped_data()},  {e * d.b * d.h, dh0->untyped_data()},
-                  {e * d.b * d.h, dc0->untyped_data()},        {e * 4 * d.h * d.d, dw_ih->untyped_data()},
-                  {e * 4 * d.h * d.h, dw_hh->untyped_data()}, {e * 4 * d.h, db->untyped_data()}};
-      HandOff handed(std::move(wanted));
       auto ws = at::from_blob(workspace.untyped_data(), {int64_t(workspace.element_count())},
                               at::TensorOptions().dtype(at::kByte));
       auto grads = at::cpu::mkldnn_rnn_layer_backward(
@@ -391,9 +324,6 @@ extern "C" int64_t onednn_lstm_workspace_bytes(int64_t t, int64_t b, int64_t d, 
     }
   });
 }
-
-// How many results so far had to be copied into XLA's buffers (0 while the hand-off works).
-extern "C" int64_t onednn_lstm_copies() { return copies.load(); }
 
 // ATen's intra-op threads, the ones oneDNN computes on.
 extern "C" int64_t onednn_lstm_threads() {
