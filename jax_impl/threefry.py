@@ -49,8 +49,12 @@ UNROLLED = jex_random.define_prng_impl(key_shape=(2,), seed=_THREEFRY.seed, spli
                                        name="threefry2x32_unrolled", tag="fry_unrolled")
 
 
+def unrolled(platform: str) -> bool:
+    """Whether :func:`key` draws with the written-out rounds on ``platform``: on the CPU, where JAX loops, when JAX's
+    default implementation is threefry."""
+    return platform == "cpu" and jax.config.jax_default_prng_impl == "threefry2x32"
+
+
 def key(seed: int, platform: str) -> jax.Array:
-    """``jax.random.key(seed)``'s bits: drawn with the written-out rounds on the CPU (``platform``), where JAX loops,
-    when JAX's default implementation is threefry."""
-    unrolled = platform == "cpu" and jax.config.jax_default_prng_impl == "threefry2x32"
-    return jax.random.key(seed, impl=UNROLLED if unrolled else None)
+    """``jax.random.key(seed)``'s bits, drawn with the written-out rounds where :func:`unrolled` says."""
+    return jax.random.key(seed, impl=UNROLLED if unrolled(platform) else None)

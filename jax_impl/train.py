@@ -69,7 +69,7 @@ class JaxTwin:
                        "matmul_precision": self.model.precision.name.lower(), **xla_env.record()}
         if cfg.lstm_impl == "auto":  # which implementation the default ran, and why that one
             self.record["lstm_impl_auto"] = choice.auto(run)[1]
-        if device.platform == "cpu":
+        if threefry.unrolled(device.platform):
             self.record["threefry_lowering"] = "unrolled"
         describe = choice.REGISTRY[impl].describe  # a native one's library: its version, GEMM, threads, float rules
         if describe is not None:

@@ -3,10 +3,10 @@ per layer and direction of the pass (:mod:`jax_impl.recurrences.native`'s ``oned
 oneDNN, the same primitive, the same arguments as ``torch:eager``).
 
 Each layer (:func:`lstm_layer`) is one ``jax.custom_vjp``, :func:`lstm_call`: the forward call is oneDNN's inference
-primitive where no gradient is taken and its training primitive under ``jax.grad``, whose workspace (oneDNN's record
-of the gates) is an explicit residual, an output of the forward call and an input of the backward one. Dropout between the layers is
-applied in JAX (as ATen applies it between its per-layer calls). oneDNN takes one bias, ``b_ih + b_hh`` (ATen sums
-them), so both biases get its gradient. Under bfloat16 each layer takes what PyTorch's autocast hands the same
+primitive where no gradient is taken and its training primitive under ``jax.grad``, whose workspace (oneDNN's record of
+the gates) is an explicit residual, an output of the forward call and an input of the backward one. Dropout between the
+layers is applied in JAX (as ATen applies it between its per-layer calls). oneDNN takes one bias, ``b_ih + b_hh`` (ATen
+sums them), so both biases get its gradient. Under bfloat16 each layer takes what PyTorch's autocast hands the same
 function: bfloat16 input, weights, biases, h0 and c0, and gives back bfloat16 outputs and states (the carry then holds
 those values in its own dtype; the parameters' gradients come back through the casts), where this CPU's oneDNN has a
 bfloat16 LSTM. No float64 (oneDNN's RNN has none) and no sequence lengths (oneDNN's RNN primitive takes none: PyTorch
