@@ -53,6 +53,7 @@ class Entry:
     xla_devices: int = 0  # simulated XLA CPU devices
     replicate: int = 1  # which of the variant's worker processes (each with its own start and compile)
     parts: bool = True  # times the training step's parts (the "parts" phase), if the plan has that phase
+    python: str | None = None  # the interpreter of another environment, whose installed package the worker runs
 
     @property
     def key(self) -> str:
@@ -79,7 +80,7 @@ def compile_cache(e: Entry, work: Path) -> Path:
     """The compile caches of ``e``'s replicates, one folder for all of them and for no other entry: the first replicate
     compiles cold (its compile time is the row's), the others load the same executables instead of compiling them
     again (a replicate samples a fresh process, not a fresh compiler: XLA's output for one program is the same)."""
-    key = json.dumps([e.label, e.config, e.xla_devices, e.ranks], sort_keys=True)
+    key = json.dumps([e.label, e.config, e.xla_devices, e.ranks, e.python], sort_keys=True)
     return work / f"cache-{hashlib.sha256(key.encode()).hexdigest()[:16]}"
 
 
@@ -98,7 +99,7 @@ class Member:
                              MASTER_PORT=str(s.getsockname()[1]))
         env = worker_environ(e.threads, device, str(compile_cache(e, work)), extra)
         ranks = [{**env, "RANK": str(r), "LOCAL_RANK": str(r)} if e.ranks > 1 else env for r in range(e.ranks)]
-        self.entry, self.workers = e, [Worker(e.framework, env, work) for env in ranks]
+        self.entry, self.workers = e, [Worker(e.framework, env, work, e.python) for env in ranks]
 
     def send(self, msg: dict) -> None:
         for w in self.workers:

@@ -116,12 +116,18 @@ def ending_raises() -> Iterator[None]:
 
 class Worker:
     """One persistent worker: ``send(msg)``, then ``receive(timeout_s)`` its reply (``{"error": ...}`` once dead;
-    :func:`benchmarks.harness.outcome` reads any reply)."""
+    :func:`benchmarks.harness.outcome` reads any reply).
 
-    def __init__(self, framework: str, env: dict, workdir: Path):
+    ``python``: the interpreter of another environment (a venv of ``python -m studies.versions``), whose worker runs
+    the copy of this package installed there: it starts in ``workdir``, without this checkout on its path."""
+
+    def __init__(self, framework: str, env: dict, workdir: Path, python: str | None = None):
         self.log = Path(tempfile.mkstemp(prefix=f"{framework}-", suffix=".stderr", dir=workdir)[1])
+        if python is not None:
+            env = {k: v for k, v in env.items() if k != "PYTHONPATH"}
         with open(self.log, "w", encoding="utf-8") as err:
-            self.proc = subprocess.Popen([sys.executable, "-m", "benchmarks.worker", framework], cwd=REPO_ROOT, env=env,
+            self.proc = subprocess.Popen([python or sys.executable, "-m", "benchmarks.worker", framework],
+                                         cwd=REPO_ROOT if python is None else workdir, env=env,
                                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, text=True,
                                          start_new_session=True)
         self.replies: queue.Queue = queue.Queue()

@@ -146,7 +146,9 @@ def lstm_op_dtypes(events) -> dict[str, list[str]]:
         own = re.search(RECURRENT_OPS, e.name, re.I) and e.name != "aten::lstm"
         cell = e.name in ("aten::mm", "aten::addmm") and inside_lstm(e)
         if (own or cell) and not any(c.name == e.name for c in e.cpu_children):
-            out.setdefault(e.name, set()).update(DTYPE_NAMES[d] for d in e.input_dtypes if d in DTYPE_NAMES)
+            # torch 2.2's profiler records the inputs' shapes but not their dtypes: none are named there.
+            dtypes = getattr(e, "input_dtypes", None) or ()
+            out.setdefault(e.name, set()).update(DTYPE_NAMES[d] for d in dtypes if d in DTYPE_NAMES)
     return {k: sorted(v) for k, v in sorted(out.items())}
 
 

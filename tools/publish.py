@@ -187,7 +187,7 @@ def index() -> str:
             doc = views.load(run.relative_to(ROOT), Path("docs/bench/README.md")).doc
             when = doc["environment"]["date"][:16].replace("T", " ") + " UTC" if "environment" in doc else "–"
             command = f"`python {' '.join(doc['command'])}`" if "command" in doc else "`python -m studies.loop_cost`"
-            report = next(f for f in ("results.md", *views.RESULTS) if (run / f).is_file())
+            report = next(f for f in ("results.md", "versions.md", *views.RESULTS) if (run / f).is_file())
             out += views.wrap(f"[{run.name}]({host.name}/{run.name}/{report}), {when}: {command}", bullet=True)
         out += [f"- [{f.name}]({host.name}/{f.name})" for f in sorted(host.glob("*.md"))]
     return "\n".join(out) + "\n"

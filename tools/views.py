@@ -1,6 +1,7 @@
 """The views of a published run that the documentation quotes, each as Markdown lines, from the run's results file
 alone: its headline sentences, its speed table, its wall time and settings, its parity, what its FLOPs explain, a
-sweep's table, a dtype sweep's bfloat16 speed-ups, the language model's table, a loop-cost measurement.
+sweep's table, a dtype sweep's bfloat16 speed-ups, the language model's table, a loop-cost measurement, a
+versions study's tables.
 
 Every view takes the run (:class:`Run`) and the words after the view's name in the block that asks for it;
 :func:`render` prefixes the line that names the host and the run, so that no figure appears without where it came
@@ -21,7 +22,7 @@ from benchmarks.tables import fmt, kernel, label, ms, parity_cell, ratio_cell, t
 from common.errors import UserError
 
 WIDTH = 120
-RESULTS = ("results.json", "loop_cost.json")  # what a run directory may hold, in this order
+RESULTS = ("results.json", "loop_cost.json", "versions.json")  # what a run directory may hold, in this order
 # Names a reader types: variants, PyTorch's and Flax's modules, our trainers.
 CODE = re.compile(r"(?<![\w`.])((?:torch|jax):[\w-]+|nnx?\.\w+|jax_impl\.\w+)")
 
@@ -266,10 +267,18 @@ def walls(run: Run, args: list[str]) -> list[str]:
         f"{fw} {min(v):.0f}–{max(v):.0f} s over {len(v)} seed{'s' * (len(v) != 1)}" for fw, v in by.items()) + ".")
 
 
+def versions(run: Run, args: list[str]) -> list[str]:
+    """A versions study's tables (``python -m studies.versions``): its sets, the ratios per set, each row's time
+    against the newest set's."""
+    from studies.version_report import tables
+
+    return tables(run.doc)
+
+
 VIEWS: dict[str, Callable[[Run, list[str]], list[str]]] = {
     "headline": headline, "settings": settings, "stages": stages, "parity": parity, "table": speed_table,
     "parts": parts, "flops": flops, "sweep": sweep, "dtype": dtype, "lm": language_model, "loop-cost": loop_cost,
-    "walls": walls}
+    "walls": walls, "versions": versions}
 
 
 def render(run: Run, view: str, args: list[str]) -> str:

@@ -64,3 +64,17 @@ def test_a_worker_compiles_into_its_entrys_cache_and_nowhere_else(tmp_path):
     assert env["JAX_COMPILATION_CACHE_DIR"] == str(tmp_path / "xla")
     assert env["TORCHINDUCTOR_CACHE_DIR"] == str(tmp_path / "inductor")
     assert env["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] == "0"  # every program, however quick to compile
+
+
+def test_a_worker_of_another_environment_starts_outside_the_checkout_without_it_on_its_path(tmp_path):
+    # A stand-in interpreter that writes down where it started, its arguments and whether PYTHONPATH reached it.
+    python = tmp_path / "python"
+    python.write_text('#!/bin/sh\n{ pwd; echo "$@"; echo "PYTHONPATH=${PYTHONPATH-unset}"; } > "$0.said"\n',
+                      encoding="utf-8")
+    python.chmod(0o755)
+    env = processes.worker_environ(1, "cpu", str(tmp_path / "cache"))
+    assert env["PYTHONPATH"] == str(processes.REPO_ROOT)
+    worker = processes.Worker("jax", env, tmp_path, python=str(python))
+    assert "exited with status 0" in worker.receive(30)["error"]
+    assert (tmp_path / "python.said").read_text(encoding="utf-8").splitlines() == [
+        str(tmp_path), "-m benchmarks.worker jax", "PYTHONPATH=unset"]

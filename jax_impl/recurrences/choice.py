@@ -13,6 +13,7 @@ Under ``--flax-api nnx`` the classifier is :mod:`jax_impl.nnx_model`, Flax's sto
 cannot serve is refused here too (:func:`nnx_obstacle`). ``LSTM_KERNEL_ISA`` (the kernel's forced instruction set) is
 checked whatever runs: a value that names none, or one this CPU cannot run, is refused.
 """
+import importlib.metadata
 from dataclasses import dataclass
 
 import jax
@@ -21,6 +22,8 @@ from common.errors import ConfigError, UnsupportedError
 from jax_impl.recurrences import cudnn, fused, kernel, native, onednn, scan, stock
 from jax_impl.recurrences.interface import Recurrence
 
+NNX_FLAX = "0.12.7"  # the first Flax release with everything of NNX the model and its step call
+NNX_NEEDS = ("List", "as_pure")  # of those, what older releases lack
 REGISTRY: dict[str, Recurrence] = {r.name: r for r in (fused.RECURRENCE, scan.RECURRENCE, stock.RECURRENCE,
                                                         cudnn.RECURRENCE, onednn.RECURRENCE, kernel.RECURRENCE)}
 
@@ -71,7 +74,14 @@ def obstacle(impl: str, run: Run) -> str | None:
 
 def nnx_obstacle(run: Run) -> str | None:
     """Why the classifier written in Flax NNX (:mod:`jax_impl.nnx_model`) cannot compute ``run``, in words that follow
-    "it" (None: it can). It runs Flax's stock cell in float32 or float64 on one device, either padding."""
+    "it" (None: it can). It runs Flax's stock cell in float32 or float64 on one device, either padding, on a Flax
+    whose NNX has :data:`NNX_NEEDS` (:data:`NNX_FLAX` and later)."""
+    from flax import nnx
+
+    missing = [name for name in NNX_NEEDS if not hasattr(nnx, name)]
+    if missing:
+        return (f"it needs Flax {NNX_FLAX} or later ({' and '.join(f'nnx.{m}' for m in missing)} missing in flax "
+                f"{importlib.metadata.version('flax')}); upgrade flax, or leave --flax-api linen")
     if run.workload != "classifier":
         return "it is the classifier's; the language model is written in linen (leave --flax-api linen)"
     if run.dtype == "bfloat16":

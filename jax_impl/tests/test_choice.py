@@ -81,3 +81,17 @@ def test_the_trainer_under_auto_stops_at_a_bogus_forced_isa_in_one_line_and_exit
     monkeypatch.setenv(kernel.ISA_ENV, "bogus")
     assert main(["--device", "cpu"]) == 2
     assert capsys.readouterr().err == "error: LSTM_KERNEL_ISA must be one of avx512, avx2, portable, got 'bogus'\n"
+
+
+def test_the_nnx_model_on_a_flax_without_what_it_calls_is_refused_naming_the_release_it_needs(monkeypatch):
+    import importlib.metadata
+
+    from flax import nnx
+
+    monkeypatch.delattr(nnx, "List")
+    monkeypatch.delattr(nnx, "as_pure")
+    monkeypatch.setattr(importlib.metadata, "version", lambda name: {"flax": "0.10.7"}[name])
+    with pytest.raises(UnsupportedError) as refused:
+        resolve("auto", Run(flax_api="nnx"))
+    assert str(refused.value) == ("--flax-api nnx: it needs Flax 0.12.7 or later (nnx.List and nnx.as_pure missing "
+                                  "in flax 0.10.7); upgrade flax, or leave --flax-api linen")

@@ -190,6 +190,28 @@ def test_a_copy_of_the_installed_library_in_the_native_dir_passes(tmp_path, monk
 
 
 @needs_built_kernel
+def test_a_library_built_against_another_jaxlibs_ffi_is_refused_in_one_line_not_left_to_break_the_backend(
+        monkeypatch):
+    import importlib.metadata
+
+    import jax
+
+    said = ("INVALID_ARGUMENT: FFI handler registration for lstm_kernel_forward on platform Host (canonical host) "
+            "failed because the handler's API version (0.3) is incompatible with the framework's API version (0.1)")
+
+    def register(name, capsule, platform):  # what jaxlib 0.6.2 answered a kernel built against 0.10.2's headers
+        raise jax.errors.JaxRuntimeError(said)
+
+    monkeypatch.setattr(native, "_registered", set())
+    monkeypatch.setattr(jax.ffi, "register_ffi_target", register)
+    jaxlib = importlib.metadata.version("jaxlib")
+    assert native.unavailable(kernel.NAME) == (
+        f"the native lstm_kernel library {native.library_path(kernel.NAME)} was built for another jaxlib than jaxlib "
+        f"{jaxlib} ({said}); {FIX}")
+    assert auto(Run(platform="cpu"))[0] == "fused"
+
+
+@needs_built_kernel
 def test_a_probe_the_build_left_out_is_a_reason_to_skip():
     assert native.missing_probe(kernel.NAME, "lstm_kernel_nonesuch") == (
         "the native lstm_kernel library was built without its test probes (lstm_kernel_nonesuch); make setup builds "

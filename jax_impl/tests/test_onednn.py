@@ -4,10 +4,12 @@ nothing is copied; every thread it computes on flushes denormals; and what it ca
 Skipped, saying why, where the native library was not built."""
 from __future__ import annotations
 
+import importlib.util
 import os
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -101,7 +103,13 @@ def test_the_workspace_is_the_size_oneDNN_asks_for_at_these_shapes():
 def test_every_thread_it_computes_on_flushes_denormals_and_the_version_is_torchs():
     described = onednn.describe()
     assert described["flush_denormal"] is True and described["lstm_kernel"] == "onednn"
-    assert described["onednn_threads"] >= 1 and described["onednn"].count(".") == 2
+    assert described["onednn_threads"] >= 1
+    # The version comes from the oneDNN header torch ships; torch 2.2 ships only a stub that names a missing one.
+    torch_dir = Path(importlib.util.find_spec("torch").submodule_search_locations[0])
+    if (torch_dir / "include" / "oneapi" / "dnnl" / "dnnl_version.h").is_file():
+        assert described["onednn"].count(".") == 2
+    else:
+        assert described["onednn"] is None
 
 
 @pytest.mark.parametrize("dtype,padding,platform,refusal", [

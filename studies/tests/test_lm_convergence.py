@@ -121,6 +121,14 @@ def test_every_seed_is_checked_before_anything_is_made(tmp_path, seeds, message)
     assert not (tmp_path / "out").exists()
 
 
+def leaders(pids: list[int]) -> bool:
+    """Whether each of ``pids`` leads its own process group."""
+    try:
+        return all(os.getpgid(pid) == pid for pid in pids)
+    except ProcessLookupError:
+        return False
+
+
 @pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="finds the twins through Linux's /proc")
 @pytest.mark.parametrize("signum, status, said", [(signal.SIGINT, 130, "interrupted\n"), (signal.SIGTERM, 143, "")],
                          ids=["ctrl-c", "sigterm"])
@@ -130,16 +138,22 @@ def test_a_signal_stops_both_twins_and_removes_their_best_checkpoints(tmp_path, 
     proc = subprocess.Popen([sys.executable, "-m", "studies.lm_convergence", "--seeds", "0", "--epochs", "1000",
                              "--data", str(corpus), "--out", str(out)], cwd=REPO, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
+    twins: list[int] = []
     try:
         deadline = time.monotonic() + 60
-        while len(twins := children(proc.pid)) < 2 and time.monotonic() < deadline and proc.poll() is None:
+        # Both started, each in the group it leads (a child found between its fork and its setsid has not yet).
+        while (len(twins := children(proc.pid)) < 2 or not leaders(twins)) and time.monotonic() < deadline \
+                and proc.poll() is None:
             time.sleep(0.05)
         assert len(twins) == 2, proc.communicate(timeout=60)
-        assert [os.getpgid(pid) for pid in twins] == twins  # each leads its group: a terminal's Ctrl-C misses it
+        assert leaders(twins)  # each leads its group: a terminal's Ctrl-C misses it
         proc.send_signal(signum)
         stdout, stderr = proc.communicate(timeout=60)
     finally:
         proc.kill()
+        for pid in twins:  # a failed assertion above leaves them running otherwise
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pid, signal.SIGKILL)
     assert (proc.returncode, stdout, stderr) == (status, "", said)
     assert all(gone(pid) for pid in twins)
     assert [p.name for p in out.iterdir()] == ["runs"]  # the best checkpoints' folder removed

@@ -182,10 +182,11 @@ def dlopen(path: str, checksum: str) -> ctypes.CDLL:
 
 
 def unavailable(name: str) -> str | None:
-    """Why library ``name`` cannot run here (not built, with the build's reason; damaged, missing, or not the library
-    this code calls, with what to do), in one line; None where :func:`validated` accepts it."""
+    """Why library ``name`` cannot run here (not built, with the build's reason; damaged, missing, not the library
+    this code calls, or built against another jaxlib's FFI, with what to do), in one line; None where :func:`load`
+    accepts it."""
     try:
-        validated(name)
+        load(name)
     except UnsupportedError as err:
         return str(err)
     return None
@@ -207,12 +208,22 @@ _registered: set[str] = set()  # the FFI handlers registered with XLA in this pr
 def load(name: str) -> ctypes.CDLL:
     """Library ``name`` through :func:`validated`, its :data:`FFI_HANDLERS` registered with XLA for the CPU, each under
     its own name; an :class:`UnsupportedError` saying why where it cannot be. Each handler is registered once per
-    process, from the first library that passed."""
+    process, from the first library that passed.
+
+    The CPU backend is started first, so that XLA checks each handler as it is registered: a library compiled against
+    another jaxlib's FFI headers (jax upgraded since the package was built) is refused here, where a registration
+    left pending would fail when the backend starts and take the backend down with it."""
     import jax
 
     library = validated(name)
+    jax.devices("cpu")
     for handler in FFI_HANDLERS.get(name, ()):
         if handler not in _registered:
-            jax.ffi.register_ffi_target(handler, jax.ffi.pycapsule(getattr(library, handler)), platform="cpu")
+            try:
+                jax.ffi.register_ffi_target(handler, jax.ffi.pycapsule(getattr(library, handler)), platform="cpu")
+            except jax.errors.JaxRuntimeError as err:
+                said, running = " ".join(str(err).split()), importlib.metadata.version("jaxlib")
+                raise UnsupportedError(f"the native {name} library {library_path(name)} was built for another "
+                                       f"jaxlib than jaxlib {running} ({said}); {FIX}") from None
             _registered.add(handler)
     return library
