@@ -133,7 +133,7 @@ def test_a_library_without_its_handlers_is_one_line(site):
     # A shared object that loads (one of Python's own) in the kernel's place, its record rewritten to match it.
     path = install(site, "liblstm_kernel.so", Path(_ctypes.__file__).read_bytes())
     assert native.unavailable(kernel.NAME) == (
-        f"the native lstm_kernel library {path} does not export lstm_kernel_forward and 7 more of the symbols this "
+        f"the native lstm_kernel library {path} does not export lstm_kernel_forward and 8 more of the symbols this "
         f"code calls (it is not the lstm_kernel library this code was written for); {FIX}")
     with pytest.raises(UnsupportedError, match="does not export lstm_kernel_forward"):
         native.load(kernel.NAME)
@@ -190,25 +190,31 @@ def test_a_copy_of_the_installed_library_in_the_native_dir_passes(tmp_path, monk
 
 
 @needs_built_kernel
-def test_a_library_built_against_another_jaxlibs_ffi_is_refused_in_one_line_not_left_to_break_the_backend(
-        monkeypatch):
+def test_a_library_built_for_another_jaxlib_is_refused_in_one_line_before_xla_sees_it(monkeypatch):
     import importlib.metadata
 
     import jax
 
-    said = ("INVALID_ARGUMENT: FFI handler registration for lstm_kernel_forward on platform Host (canonical host) "
-            "failed because the handler's API version (0.3) is incompatible with the framework's API version (0.1)")
-
-    def register(name, capsule, platform):  # what jaxlib 0.6.2 answered a kernel built against 0.10.2's headers
-        raise jax.errors.JaxRuntimeError(said)
-
+    built = native.validated(kernel.NAME).lstm_twins_jaxlib().decode()
+    assert built == importlib.metadata.version("jaxlib")  # make setup builds against the venv's own
+    version = importlib.metadata.version
+    monkeypatch.setattr(importlib.metadata, "version", lambda name: "0.6.2" if name == "jaxlib" else version(name))
     monkeypatch.setattr(native, "_registered", set())
-    monkeypatch.setattr(jax.ffi, "register_ffi_target", register)
-    jaxlib = importlib.metadata.version("jaxlib")
+    monkeypatch.setattr(jax.ffi, "register_ffi_target", lambda *args, **kwargs: pytest.fail("a handler registered"))
     assert native.unavailable(kernel.NAME) == (
-        f"the native lstm_kernel library {native.library_path(kernel.NAME)} was built for another jaxlib than jaxlib "
-        f"{jaxlib} ({said}); {FIX}")
+        f"the native lstm_kernel library {native.library_path(kernel.NAME)} was built for jaxlib {built}, and this "
+        f"is jaxlib 0.6.2 (XLA refuses a handler built against another FFI); {FIX}")
     assert auto(Run(platform="cpu"))[0] == "fused"
+
+
+def test_loading_a_library_leaves_the_backend_to_start_later_with_the_flags_set_then():
+    flags = "--xla_force_host_platform_device_count=3"
+    program = ("import os\nfrom jax_impl.recurrences import kernel, native\n"
+               "native.unavailable(kernel.NAME)\n"
+               f"os.environ['XLA_FLAGS'] = {flags!r}\nimport jax\nprint(len(jax.devices()))")
+    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True,
+                          env={k: v for k, v in os.environ.items() if k != "XLA_FLAGS"})
+    assert done.stdout.strip() == "3", done.stderr
 
 
 @needs_built_kernel

@@ -44,11 +44,12 @@ FFI_HANDLERS = {
     "onednn_lstm": ("onednn_lstm_forward", "onednn_lstm_backward", "onednn_lstm_forward_bf16",
                     "onednn_lstm_backward_bf16", "onednn_lstm_denormals_flushed"),
 }
+BUILT_FOR = {"lstm_twins_jaxlib": (ctypes.c_char_p, ())}  # in every library: the jaxlib it was compiled against
 FUNCTIONS = {
-    "lstm_kernel": {"lstm_kernel_isa": (i64, ()), "lstm_kernel_supported": (i64, (i64,)),
+    "lstm_kernel": {**BUILT_FOR, "lstm_kernel_isa": (i64, ()), "lstm_kernel_supported": (i64, (i64,)),
                     "lstm_kernel_set_isa": (i64, (i64,)), "lstm_kernel_exp_tanh": (ctypes.c_char_p, (i64,)),
                     "lstm_kernel_threads": (i64, (i64,)), "lstm_kernel_tile_gflops": (f64, (i64,) * 4)},
-    "onednn_lstm": {"onednn_lstm_workspace_bytes": (i64, (i64,) * 5), "onednn_lstm_version": (i64, ()),
+    "onednn_lstm": {**BUILT_FOR, "onednn_lstm_workspace_bytes": (i64, (i64,) * 5), "onednn_lstm_version": (i64, ()),
                     "onednn_lstm_threads": (i64, ())},
 }
 # Exported by a test build only (CMake option LSTM_TWINS_TEST_PROBES, which make setup turns on): tests that call one
@@ -210,20 +211,18 @@ def load(name: str) -> ctypes.CDLL:
     its own name; an :class:`UnsupportedError` saying why where it cannot be. Each handler is registered once per
     process, from the first library that passed.
 
-    The CPU backend is started first, so that XLA checks each handler as it is registered: a library compiled against
-    another jaxlib's FFI headers (jax upgraded since the package was built) is refused here, where a registration
-    left pending would fail when the backend starts and take the backend down with it."""
+    A library compiled against another jaxlib's FFI headers (jax upgraded since the package was built) is refused
+    here: XLA would refuse its handlers only when the CPU backend starts, and that refusal takes the backend down.
+    Nothing here starts the backend, so flags set later (``XLA_FLAGS``) still apply."""
     import jax
 
     library = validated(name)
-    jax.devices("cpu")
+    built, running = library.lstm_twins_jaxlib().decode(), importlib.metadata.version("jaxlib")
+    if built != running:
+        raise UnsupportedError(f"the native {name} library {library_path(name)} was built for jaxlib {built}, and "
+                               f"this is jaxlib {running} (XLA refuses a handler built against another FFI); {FIX}")
     for handler in FFI_HANDLERS.get(name, ()):
         if handler not in _registered:
-            try:
-                jax.ffi.register_ffi_target(handler, jax.ffi.pycapsule(getattr(library, handler)), platform="cpu")
-            except jax.errors.JaxRuntimeError as err:
-                said, running = " ".join(str(err).split()), importlib.metadata.version("jaxlib")
-                raise UnsupportedError(f"the native {name} library {library_path(name)} was built for another "
-                                       f"jaxlib than jaxlib {running} ({said}); {FIX}") from None
+            jax.ffi.register_ffi_target(handler, jax.ffi.pycapsule(getattr(library, handler)), platform="cpu")
             _registered.add(handler)
     return library
