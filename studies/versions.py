@@ -1,7 +1,7 @@
 """Which releases the project runs on, and how the cross-framework ratio and each framework's own speed move across
 them: ``python -m studies.versions [--sets NAME,...] [--rounds N] [--cache DIR] [--out DIR [--overwrite]]``.
 
-Each version set (:data:`SETS`: jax, jaxlib, flax, optax, orbax-checkpoint and torch pinned) gets a venv of its own
+Each version set (:data:`SETS`: jax, jaxlib, flax, optax, orbax-checkpoint, numpy, torch pinned) gets a venv of its own
 under ``--cache``, built from the registry and kept between runs (rebuilt when its pins change): the pins and the
 project's other requirements first, then the project as a user installs it (``pip install --no-deps .``, so the pins
 stay even where ``pyproject.toml``'s ranges would refuse them: how a range is found). In each venv the smoke subset of
@@ -10,10 +10,11 @@ times the classifier's training and inference steps at the seed's sizes: ``torch
 ``jax:flax``, ``jax:fused``, ``jax:kernel`` once per JAX release, each worker in its set's venv, in interleaved
 rounds. Per set, each tier's ratio against that set's ``torch:eager``, and each row's time against the newest set's
 (:data:`NEWEST`), each with its 95% interval (:mod:`benchmarks.stats`: one worker per row, so the interval covers the
-rounds). A set that fails to install or import is a row with its one-line reason.
+rounds). A set that fails to install, build, pass its smoke subset or be timed is a row with its one-line reason.
 
-Writes ``versions.json`` (the record ``pyproject.toml``'s ranges are tested against: :func:`range_problems`),
-``versions.md`` and ``versions.png`` (ratio and milliseconds against release date) to ``--out``.
+Writes ``versions.json`` (the record ``pyproject.toml``'s ranges are tested against:
+:func:`studies.version_ranges.range_problems`), ``versions.md`` and ``versions.png`` (ratio and milliseconds against
+release date: :mod:`studies.version_report`) to ``--out``.
 """
 import hashlib
 import json
