@@ -6,11 +6,11 @@ with its size and SHA-256. A library the build could not make is installed as ``
 :func:`validated` is the one way in, and its one check comes before ``dlopen`` maps anything (a truncated library
 mapped by ``dlopen`` kills the process with a bus error): the file's size and SHA-256 against the install record.
 Then it loads the library, checks that it exports every symbol this code calls (:data:`FFI_HANDLERS`,
-:data:`FUNCTIONS`) and types those functions (and the test build's :data:`PROBES`) for ctypes, once per process.
-Each failure is an :class:`UnsupportedError` of one line naming the file and what to do; :func:`unavailable` gives
-that line (None where the library can run), which ``--lstm-impl auto`` and the refusals of a named implementation
-consult. :func:`load` also registers the library's FFI handlers with XLA, once per process and handler (XLA keeps
-one table of targets per process).
+:data:`FUNCTIONS`), types those functions (and the test build's :data:`PROBES`) for ctypes, once per process, and
+that it was built for the running jaxlib. Each failure is an :class:`UnsupportedError` of one line naming the file
+and what to do; :func:`unavailable` gives that line (None where the library can run), which ``--lstm-impl auto`` and
+the refusals of a named implementation consult. :func:`load` also registers the library's FFI handlers with XLA,
+once per process and handler (XLA keeps one table of targets per process).
 
 The environment variable ``LSTM_TWINS_NATIVE_DIR``, where set (read once, at import), names a folder whose
 ``lib{NAME}.so`` files are read in place of the installed ones, and checked against the same install record.
@@ -103,8 +103,8 @@ def validated(name: str) -> ctypes.CDLL:
     """Library ``name`` loaded, once it has passed every check in order: an x86-64 machine; the build made it (else
     its ``.skipped`` reason); the install record has its size and SHA-256; the file is present, a regular file, of
     that size and checksum (nothing is mapped before this); ``dlopen`` succeeds; every symbol of :data:`FFI_HANDLERS`
-    and :data:`FUNCTIONS` exported. The first failure raises an :class:`UnsupportedError` of one line naming the file
-    and what to do."""
+    and :data:`FUNCTIONS` exported; built for the running jaxlib (``lstm_twins_jaxlib``). The first failure raises an
+    :class:`UnsupportedError` of one line naming the file and what to do."""
     if platform.machine() not in ("x86_64", "AMD64"):
         raise UnsupportedError(f"the native {name} library is built for x86-64 CPUs only, not {platform.machine()}")
     if NATIVE_DIR and not Path(NATIVE_DIR).is_dir():
@@ -160,6 +160,12 @@ def validated(name: str) -> ctypes.CDLL:
         if hasattr(loaded, symbol):
             function = getattr(loaded, symbol)
             function.restype, function.argtypes = result, list(arguments)
+    # XLA would refuse the handlers of a library built for another jaxlib only when its CPU backend starts, and that
+    # refusal takes the backend down: refused here instead, before anything is registered.
+    built, running = loaded.lstm_twins_jaxlib().decode(), importlib.metadata.version("jaxlib")
+    if built != running:
+        raise UnsupportedError(f"the native {name} library {library} was built for jaxlib {built}, and this is "
+                               f"jaxlib {running} (XLA refuses a handler built against another FFI); {FIX}")
     return loaded
 
 
@@ -184,10 +190,10 @@ def dlopen(path: str, checksum: str) -> ctypes.CDLL:
 
 def unavailable(name: str) -> str | None:
     """Why library ``name`` cannot run here (not built, with the build's reason; damaged, missing, not the library
-    this code calls, or built against another jaxlib's FFI, with what to do), in one line; None where :func:`load`
+    this code calls, or built for another jaxlib, with what to do), in one line; None where :func:`validated`
     accepts it."""
     try:
-        load(name)
+        validated(name)
     except UnsupportedError as err:
         return str(err)
     return None
@@ -209,18 +215,11 @@ _registered: set[str] = set()  # the FFI handlers registered with XLA in this pr
 def load(name: str) -> ctypes.CDLL:
     """Library ``name`` through :func:`validated`, its :data:`FFI_HANDLERS` registered with XLA for the CPU, each under
     its own name; an :class:`UnsupportedError` saying why where it cannot be. Each handler is registered once per
-    process, from the first library that passed.
-
-    A library compiled against another jaxlib's FFI headers (jax upgraded since the package was built) is refused
-    here: XLA would refuse its handlers only when the CPU backend starts, and that refusal takes the backend down.
-    Nothing here starts the backend, so flags set later (``XLA_FLAGS``) still apply."""
+    process, from the first library that passed. Nothing here starts the backend, so flags set later (``XLA_FLAGS``)
+    still apply."""
     import jax
 
     library = validated(name)
-    built, running = library.lstm_twins_jaxlib().decode(), importlib.metadata.version("jaxlib")
-    if built != running:
-        raise UnsupportedError(f"the native {name} library {library_path(name)} was built for jaxlib {built}, and "
-                               f"this is jaxlib {running} (XLA refuses a handler built against another FFI); {FIX}")
     for handler in FFI_HANDLERS.get(name, ()):
         if handler not in _registered:
             jax.ffi.register_ffi_target(handler, jax.ffi.pycapsule(getattr(library, handler)), platform="cpu")
